@@ -1,0 +1,5 @@
+import sys
+
+from mt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,110 @@
+"""`mt train | translate | evaluate`: the command line, the only module that knows every other one.
+
+User-fixable problems (ConfigError, DataError) print one line and exit with code 2; `--debug` shows
+the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from mt.config import ConfigError, load_config
+from mt.data import DataError
+
+log = logging.getLogger("mt")
+
+
+def _setup_logging(log_file: Path | None = None) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    for h in handlers:
+        h.setFormatter(fmt)
+    log.handlers[:] = handlers
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from mt.train import train
+
+    cfg = load_config(args.config, args.set)
+    run_dir = Path(args.run_dir or Path("runs") / cfg.name)
+    _setup_logging(run_dir / "train.log")
+    log.info("run directory %s", run_dir)
+    train(cfg, run_dir)
+
+
+def cmd_translate(args: argparse.Namespace) -> None:
+    from mt.checkpoint import load_run
+    from mt.evaluate import translate_lines
+    from mt.model import resolve_device
+
+    _setup_logging()
+    cfg, tokenizer, model = load_run(args.run)
+    device = resolve_device(args.device)
+    source = open(args.input, encoding="utf-8") if args.input else sys.stdin
+    with source:
+        lines = source.read().splitlines()
+    out = translate_lines(model.to(device), tokenizer, lines, cfg.decode, device)
+    text = "".join(line + "\n" for line in out)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from mt.evaluate import evaluate_run
+
+    _setup_logging()
+    result = evaluate_run(args.run, args.split, args.device)
+    print(f"{args.split}: BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  ({result['sentences']} sentences)")
+    print(f"  {result['bleu_signature']}")
+    print(f"  {result['chrf_signature']}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mt", description="Train and run Transformer translation models.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for user errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train a model from a YAML config")
+    p.add_argument("config")
+    p.add_argument("--run-dir", help="output directory (default runs/<config name>)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a config key")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("translate", help="translate lines (stdin -> stdout by default)")
+    p.add_argument("--run", required=True, help="run directory")
+    p.add_argument("--input", help="input file (default stdin)")
+    p.add_argument("--output", help="output file (default stdout)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("evaluate", help="translate a split and score it with sacreBLEU")
+    p.add_argument("--run", required=True, help="run directory")
+    p.add_argument("--split", default="test", choices=["test", "val"])
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.set_defaults(func=cmd_evaluate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ConfigError, DataError) as e:
+        if args.debug:
+            raise
+        print(f"mt: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

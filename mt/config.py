@@ -1,0 +1,217 @@
+"""Run configuration: YAML -> frozen, typed dataclasses, validated at load time.
+
+Every section is a dataclass; every field has a type, a default, and (where it matters) the allowed
+choices or range in its metadata. Unknown keys, wrong types and out-of-range values raise
+`ConfigError` with the full key path, which the CLI prints as one line (exit code 2).
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A problem with the user's config or command line that the user can fix."""
+
+
+def _choice(default: str, *choices: str) -> Any:
+    return field(default=default, metadata={"choices": choices})
+
+
+def _range(default: float, lo: float | None = None, hi: float | None = None, *,
+           lo_open: bool = False) -> Any:
+    return field(default=default, metadata={"lo": lo, "hi": hi, "lo_open": lo_open})
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    corpus: str = _choice("multi30k", "multi30k", "toy")
+    dir: str = ""            # folder holding multi30k/; "" = $MT_DATA_DIR, else download into data/
+    src_lang: str = _choice("de", "de", "en")
+    tgt_lang: str = _choice("en", "de", "en")
+    max_len: int = _range(100, 1)  # training pairs with more pieces on either side are dropped
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    vocab_size: int = _range(8000, 16)
+    character_coverage: float = _range(1.0, 0.9, 1.0)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    d_model: int = _range(256, 8)
+    n_heads: int = _range(4, 1)
+    layers: int = _range(3, 1)          # encoder layers = decoder layers
+    d_ff: int = _range(1024, 8)
+    dropout: float = _range(0.1, 0.0, 0.99)             # embeddings and residual branches
+    attention_dropout: float = _range(0.0, 0.0, 0.99)   # on attention weights (forces SDPA's slow path)
+    activation_dropout: float = _range(0.0, 0.0, 0.99)  # inside the feed-forward block
+    norm: str = _choice("pre", "pre", "post")
+    tie_embeddings: bool = True
+    max_positions: int = _range(512, 8)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    lr: float = _range(1e-3, 0.0, lo_open=True)       # peak learning rate, reached after warmup
+    warmup_steps: int = _range(400, 1)
+    max_tokens: int = _range(4096, 16)   # per batch: sentences x longest side, padding included
+    max_steps: int = _range(100_000, 1)
+    max_minutes: float = _range(0.0, 0.0)  # wall-clock budget for the loop; 0 = none
+    label_smoothing: float = _range(0.1, 0.0, 0.99)
+    precision: str = _choice("fp32", "fp32", "bf16", "fp16")
+    device: str = _choice("auto", "auto", "cpu", "cuda")
+    clip_norm: float = _range(1.0, 0.0)  # 0 = no clipping
+    accumulate: int = _range(1, 1)       # batches per optimizer step
+    patience: int = _range(0, 0)         # validations without BLEU gain before stopping; 0 = off
+    valid_every: int = _range(500, 1)
+    log_every: int = _range(50, 1)
+    seed: int = 1
+    threads: int = _range(0, 0)          # torch CPU threads; 0 = torch's default
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    max_len_a: float = _range(1.5, 0.0)  # output length limit = a * source length + b
+    max_len_b: int = _range(10, 1)
+    batch_tokens: int = _range(6000, 16)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = "run"
+    data: DataConfig = DataConfig()
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    decode: DecodeConfig = DecodeConfig()
+
+
+_LEAF_TYPES = {"int": int, "float": float, "str": str, "bool": bool}  # annotations are strings
+
+
+def _check_value(path: str, f: dataclasses.Field, value: Any) -> Any:
+    """Type-check and range-check one leaf value; returns it coerced (int -> float, '5e-4' -> float)."""
+    kind = _LEAF_TYPES[f.type]
+    if kind is float and isinstance(value, str):
+        try:
+            value = float(value)   # YAML 1.1 reads 5e-4 as a string
+        except ValueError:
+            pass
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"{path}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
+    meta = f.metadata
+    if "choices" in meta and value not in meta["choices"]:
+        raise ConfigError(f"{path}: {value!r} is not one of {', '.join(meta['choices'])}")
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if lo is not None and (value < lo or (meta.get("lo_open") and value == lo)):
+        bound = f"> {lo}" if meta.get("lo_open") else f">= {lo}"
+        raise ConfigError(f"{path}: {value!r} is out of range, must be {bound}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"{path}: {value!r} is out of range, must be <= {hi}")
+    return value
+
+
+def _build(cls: type, raw: Any, path: str) -> Any:
+    """Build dataclass `cls` from a mapping, rejecting unknown keys with the closest valid name."""
+    where = path or "config"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in raw.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"unknown key '{key_path}'{hint} valid keys: {', '.join(fields)}")
+        f = fields[key]
+        if dataclasses.is_dataclass(f.default):
+            kwargs[key] = _build(type(f.default), value, key_path)
+        else:
+            kwargs[key] = _check_value(key_path, f, value)
+    return cls(**kwargs)
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Cross-field checks that no single field can make."""
+    m = cfg.model
+    if m.d_model % m.n_heads:
+        raise ConfigError(f"model.d_model ({m.d_model}) must be divisible by model.n_heads ({m.n_heads})")
+    if m.d_model % 2:
+        raise ConfigError(f"model.d_model ({m.d_model}) must be even for sinusoidal positions")
+    if cfg.data.src_lang == cfg.data.tgt_lang:
+        raise ConfigError(f"data.src_lang and data.tgt_lang are both {cfg.data.src_lang!r}")
+    if cfg.train.precision == "fp16" and cfg.train.device == "cpu":
+        raise ConfigError("train.precision: fp16 needs a CUDA device; use bf16 or fp32 on CPU")
+    if cfg.data.max_len + 2 > m.max_positions:
+        raise ConfigError(f"data.max_len ({cfg.data.max_len}) + 2 exceeds model.max_positions ({m.max_positions})")
+    return cfg
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected key.path=value, e.g. train.lr=5e-4")
+    key, text = item.split("=", 1)
+    try:
+        value = yaml.safe_load(text) if text else ""
+    except yaml.YAMLError:
+        value = text
+    return key.strip().split("."), value
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Apply `key.path=value` strings to a raw config mapping (values parsed as YAML scalars)."""
+    for item in overrides:
+        keys, value = _parse_override(item)
+        node = raw
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: '{k}' is not a section")
+        node[keys[-1]] = value
+    return raw
+
+
+def config_from_dict(raw: dict) -> RunConfig:
+    return validate(_build(RunConfig, raw, ""))
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
+    """Read a YAML config, apply `--set` overrides, validate. Name defaults to the file's stem."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read config ({e})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where} is not valid YAML ({getattr(e, 'problem', e)})") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a YAML mapping of sections, got {type(raw).__name__}")
+    raw.setdefault("name", path.stem)
+    try:
+        return config_from_dict(apply_overrides(raw, list(overrides)))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def config_to_dict(cfg: RunConfig) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), encoding="utf-8")

@@ -1,0 +1,140 @@
+"""Search over a trained model: batched greedy decoding and beam search, both on the KV cache.
+
+Works on id tensors only; text, tokenization and batching of lines live in `evaluate`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from mt.model import KVCache, Seq2Seq
+from mt.tokenizer import BOS, EOS, PAD
+
+
+def max_output_lengths(src_mask: Tensor, a: float, b: int, limit: int) -> Tensor:
+    """Per-sentence output limit a * source length + b, capped by the position table: (B,) long."""
+    return (a * src_mask.sum(1) + b).long().clamp(max=limit - 1)
+
+
+@torch.no_grad()
+def greedy_decode(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float = 1.5,
+                  max_len_b: int = 10, use_cache: bool = True) -> list[list[int]]:
+    """Batched greedy search; each sentence stops at eos or at its own length limit.
+
+    Args:
+        src: (B, S) ids, src_mask: (B, S) bool.
+        use_cache: False re-runs the decoder over the whole prefix each step (reference/benchmark).
+    Returns:
+        B id lists, without bos and eos.
+    """
+    B = src.size(0)
+    memory = model.encode(src, src_mask)                                   # (B, S, D)
+    cache = KVCache(len(model.decoder)) if use_cache else None
+    limits = max_output_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
+    tokens = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)   # (B, 1)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    for t in range(1, int(limits.max()) + 1):
+        step_in = tokens[:, -1:] if use_cache else tokens                   # (B, 1) or (B, t)
+        logits, cache = model.decode(step_in, memory, src_mask, cache)    # (B, 1|t, V)
+        next_token = logits[:, -1].argmax(-1).masked_fill(finished, PAD)  # (B,)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)          # (B, t + 1)
+        finished |= (next_token == EOS) | (limits <= t)
+        if finished.all():
+            break
+    return [_strip(row) for row in tokens[:, 1:].tolist()]
+
+
+def _strip(ids: list[int]) -> list[int]:
+    """Ids up to (not including) the first eos or pad."""
+    for i, t in enumerate(ids):
+        if t in (EOS, PAD):
+            return ids[:i]
+    return ids
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]   # without bos and eos
+    score: float        # log-probability / length penalty: what beams are ranked by
+    logprob: float      # total log-probability, eos included when it was emitted
+
+
+def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
+    """GNMT (Wu et al. 2016): ((5 + length) / 6) ** alpha; alpha = 0 ranks by raw log-probability."""
+    return ((5 + length) / 6) ** alpha
+
+
+class _Beams:
+    """Search state of B sentences x K beams, flattened to B*K rows."""
+
+    def __init__(self, B: int, K: int, limits: Tensor, alpha: float, device: torch.device):
+        self.B, self.K, self.alpha, self.limits = B, K, alpha, limits         # limits (B,)
+        self.tokens = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)  # (B*K, t)
+        self.scores = torch.full((B, K), float("-inf"), device=device)       # (B, K) summed log-probs
+        self.scores[:, 0] = 0.0  # all beams start identical: expand only the first
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+        self.done = torch.zeros(B, dtype=torch.bool, device=device)
+
+    def candidates(self, lprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """lprobs (B*K, V) -> the 2K best (score, beam, token) per sentence, each (B, 2K)."""
+        V = lprobs.size(-1)
+        total = (self.scores.view(-1, 1) + lprobs).view(self.B, self.K * V)  # (B, K*V)
+        top, flat = total.topk(2 * self.K, dim=1)                           # (B, 2K)
+        return top, flat // V, flat % V
+
+    def finish(self, top: Tensor, beam: Tensor, token: Tensor, t: int) -> None:
+        """Move eos candidates ranked within the top K (and all beams at the limit) to `finished`."""
+        at_limit = self.limits <= t                                          # (B,)
+        final = (token == EOS) & (torch.arange(2 * self.K, device=top.device) < self.K)  # (B, 2K)
+        final |= at_limit[:, None] & (torch.arange(2 * self.K, device=top.device) < self.K)
+        for b, j in final.nonzero().tolist():
+            if self.done[b] or top[b, j] == float("-inf"):
+                continue
+            row = b * self.K + int(beam[b, j])
+            ended = bool(token[b, j] == EOS)
+            ids = self.tokens[row, 1:].tolist() + ([] if ended else [int(token[b, j])])
+            score = float(top[b, j]) / length_penalty(len(ids) + ended, self.alpha)
+            self.finished[b].append(Hypothesis(ids, score, float(top[b, j])))
+        self.done |= at_limit | torch.tensor([len(f) >= self.K for f in self.finished], device=top.device)
+
+    def advance(self, top: Tensor, beam: Tensor, token: Tensor) -> Tensor:
+        """Keep the K best non-eos candidates per sentence; returns the B*K source rows to reorder by."""
+        rank = torch.where(token == EOS, 2 * self.K, 0) + torch.arange(2 * self.K, device=top.device)  # (B, 2K)
+        keep = rank.topk(self.K, dim=1, largest=False).indices              # (B, K) first K non-eos
+        self.scores = top.gather(1, keep).masked_fill(self.done[:, None], float("-inf"))  # (B, K)
+        rows = (beam.gather(1, keep) + self.K * torch.arange(self.B, device=top.device)[:, None]).view(-1)
+        self.tokens = torch.cat([self.tokens[rows], token.gather(1, keep).view(-1, 1)], dim=1)  # (B*K, t+1)
+        return rows
+
+
+@torch.no_grad()
+def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam: int = 5, max_len_a: float = 1.5,
+                max_len_b: int = 10, alpha: float = 1.0, n_best: int = 1) -> list[list[Hypothesis]]:
+    """Batched beam search on the KV cache, over a flattened (B*K) batch.
+
+    Each step ranks 2K candidates per sentence so that hypotheses ending in eos do not starve the
+    beam; a sentence is done once it has K finished hypotheses or reaches a*S+b tokens.
+    Hypotheses are ranked by log-probability / length_penalty(length including eos, alpha).
+
+    Args:
+        src: (B, S) ids, src_mask: (B, S) bool.
+    Returns:
+        for each sentence, its n_best hypotheses, best first.
+    """
+    B, K = src.size(0), beam
+    memory = model.encode(src, src_mask).repeat_interleave(K, dim=0)         # (B*K, S, D)
+    mask = src_mask.repeat_interleave(K, dim=0)                               # (B*K, S)
+    limits = max_output_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
+    beams = _Beams(B, K, limits, alpha, src.device)
+    cache = KVCache(len(model.decoder))
+    for t in range(1, int(limits.max()) + 1):
+        logits, cache = model.decode(beams.tokens[:, -1:], memory, mask, cache)  # (B*K, 1, V)
+        lprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)               # (B*K, V)
+        top, beam_idx, token = beams.candidates(lprobs)
+        beams.finish(top, beam_idx, token, t)
+        if beams.done.all():
+            break
+        cache.reorder(beams.advance(top, beam_idx, token))
+    return [sorted(f, key=lambda h: -h.score)[:n_best] for f in beams.finished]

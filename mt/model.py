@@ -1,0 +1,260 @@
+"""The Transformer encoder-decoder (Vaswani et al. 2017), written out in one file.
+
+Dimensions: B batch, S source length, T target length, D d_model, H heads, Dh = D / H, V vocab.
+Masks are boolean with True = real token / may attend, the convention of
+`F.scaled_dot_product_attention`; the model builds (B, 1, 1, S) masks for encoder self-attention and
+cross-attention, and (B, 1, T, T) = target padding AND causal for decoder self-attention.
+
+`encode` and `decode` are separate calls so decoding never re-encodes. `decode` takes and returns a
+caller-owned `KVCache`; with a cache, `tgt_in` holds only the new positions.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mt.config import ModelConfig
+
+
+class KVCache:
+    """Decoder state for incremental decoding, owned by the caller.
+
+    self_kv[i]: layer i's self-attention keys/values for the positions decoded so far, (B, H, t, Dh) each.
+    cross_kv[i]: layer i's cross-attention keys/values of the memory, computed once, (B, H, S, Dh) each.
+    """
+
+    def __init__(self, n_layers: int):
+        self.self_kv: list[tuple[Tensor, Tensor] | None] = [None] * n_layers
+        self.cross_kv: list[tuple[Tensor, Tensor] | None] = [None] * n_layers
+
+    @property
+    def length(self) -> int:
+        return 0 if self.self_kv[0] is None else self.self_kv[0][0].size(2)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows `index` (B',) of every cached tensor, e.g. the surviving beams."""
+        pick = lambda kv: None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))  # noqa: E731
+        self.self_kv = [pick(kv) for kv in self.self_kv]
+        self.cross_kv = [pick(kv) for kv in self.cross_kv]
+
+
+class Dropout(nn.Module):
+    """Inverted dropout with a cheaper mask than `nn.Dropout`.
+
+    torch's CPU generator makes one call per element, which made dropout a quarter of a training
+    step. Here each 64-bit random draw gives three 16-bit uniforms (its top 16 bits are not uniform:
+    `random_` stays below 2**63), so p is rounded to a multiple of 1/65536.
+    """
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        n = x.numel()
+        words = torch.empty((n + 2) // 3, dtype=torch.int64, device=x.device).random_()  # (n/3,)
+        uniform16 = words.view(torch.int16).view(-1, 4)[:, :3].flatten()[:n].view_as(x)  # little-endian
+        scaled_keep = (uniform16 >= round(self.p * 65536) - 32768).to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        return x * scaled_keep
+
+
+def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
+    """(n_positions, D) table: sin on even, cos on odd dimensions."""
+    position = torch.arange(n_positions).unsqueeze(1)                          # (P, 1)
+    freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))  # (D/2,)
+    table = torch.zeros(n_positions, d_model)
+    table[:, 0::2] = torch.sin(position * freq)
+    table[:, 1::2] = torch.cos(position * freq)
+    return table
+
+
+def decoder_self_mask(T: int, tgt_mask: Tensor | None, device: torch.device | str = "cpu") -> Tensor:
+    """Position i may attend to j iff j <= i and j is a real token: (1, 1, T, T), or (B, 1, T, T) with tgt_mask (B, T)."""
+    mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()[None, None]  # (1, 1, T, T)
+    if tgt_mask is not None:
+        mask = mask & tgt_mask[:, None, None, :]                                 # (B, 1, T, T)
+    return mask
+
+
+class Attention(nn.Module):
+    """Multi-head attention on `F.scaled_dot_product_attention`; keys/values projected separately."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float):
+        super().__init__()
+        self.n_heads, self.dropout = n_heads, dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        B, L, D = x.shape
+        return x.view(B, L, self.n_heads, D // self.n_heads).transpose(1, 2)  # (B, H, L, Dh)
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """x (B, L, D) -> keys, values (B, H, L, Dh) each."""
+        k, v = self.kv_proj(x).chunk(2, dim=-1)  # (B, L, D) each
+        return self._heads(k), self._heads(v)
+
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """x (B, T, D) attends to k, v (B, H, L, Dh) where mask (B, 1, T|1, L) is True -> (B, T, D)."""
+        q = self._heads(self.q_proj(x))                                       # (B, H, T, Dh)
+        p = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, T, Dh)
+        B, H, T, Dh = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh))      # (B, T, D)
+
+
+class FeedForward(nn.Sequential):
+    def __init__(self, d_model: int, d_ff: int, dropout: float):
+        super().__init__(nn.Linear(d_model, d_ff), nn.ReLU(), Dropout(dropout), nn.Linear(d_ff, d_model))
+
+
+class Residual(nn.Module):
+    """x + dropout(f(norm(x))) when pre-norm; norm(x + dropout(f(x))) when post-norm."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm, self.drop, self.pre_norm = nn.LayerNorm(d_model), Dropout(dropout), pre_norm
+
+    def forward(self, x: Tensor, f) -> Tensor:
+        if self.pre_norm:
+            return x + self.drop(f(self.norm(x)))
+        return self.norm(x + self.drop(f(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = Attention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.res_attn, self.res_ffn = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(2))
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        """x (B, S, D), mask (B, 1, 1, S) -> (B, S, D)."""
+        x = self.res_attn(x, lambda h: self.self_attn(h, *self.self_attn.project_kv(h), mask))
+        return self.res_ffn(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = Attention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = Attention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.res_self, self.res_cross, self.res_ffn = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
+
+    def _self_attend(self, h: Tensor, mask: Tensor | None, cache: KVCache | None, i: int) -> Tensor:
+        k, v = self.self_attn.project_kv(h)                        # (B, H, T_new, Dh)
+        if cache is not None:
+            if cache.self_kv[i] is not None:
+                k = torch.cat([cache.self_kv[i][0], k], dim=2)     # (B, H, t + T_new, Dh)
+                v = torch.cat([cache.self_kv[i][1], v], dim=2)
+            cache.self_kv[i] = (k, v)
+        return self.self_attn(h, k, v, mask)
+
+    def _cross_attend(self, h: Tensor, memory: Tensor, mask: Tensor, cache: KVCache | None, i: int) -> Tensor:
+        if cache is not None and cache.cross_kv[i] is not None:
+            k, v = cache.cross_kv[i]
+        else:
+            k, v = self.cross_attn.project_kv(memory)              # (B, H, S, Dh)
+            if cache is not None:
+                cache.cross_kv[i] = (k, v)
+        return self.cross_attn(h, k, v, mask)
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, self_mask: Tensor | None,
+                cache: KVCache | None, i: int) -> Tensor:
+        """x (B, T, D), memory (B, S, D), src_mask (B, 1, 1, S), self_mask (B, 1, T, T) -> (B, T, D)."""
+        x = self.res_self(x, lambda h: self._self_attend(h, self_mask, cache, i))
+        x = self.res_cross(x, lambda h: self._cross_attend(h, memory, src_mask, cache, i))
+        return self.res_ffn(x, self.ffn)
+
+
+class Seq2Seq(nn.Module):
+    """Encoder-decoder Transformer; source/target embeddings and output projection optionally tied."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        self.cfg, self.vocab_size = cfg, vocab_size
+        D = cfg.d_model
+        self.src_embed = nn.Embedding(vocab_size, D)
+        self.tgt_embed = self.src_embed if cfg.tie_embeddings else nn.Embedding(vocab_size, D)
+        self.out_proj = nn.Linear(D, vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.out_proj.weight = self.src_embed.weight
+        self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, D), persistent=False)
+        self.drop = Dropout(cfg.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
+        pre = cfg.norm == "pre"  # pre-norm stacks end in a norm; post-norm layers already end in one
+        self.enc_norm = nn.LayerNorm(D) if pre else nn.Identity()
+        self.dec_norm = nn.LayerNorm(D) if pre else nn.Identity()
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for name, p in self.named_parameters():
+            if "embed" in name:
+                nn.init.normal_(p, mean=0.0, std=self.cfg.d_model ** -0.5)
+            elif p.dim() == 2:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias") and "norm" not in name:
+                nn.init.zeros_(p)
+
+    def _embed(self, embed: nn.Embedding, ids: Tensor, offset: int) -> Tensor:
+        """ids (B, L) -> (B, L, D): scaled token embedding + sinusoidal position from `offset`."""
+        L = ids.size(1)
+        assert offset + L <= self.cfg.max_positions, f"length {offset + L} > max_positions {self.cfg.max_positions}"
+        x = embed(ids) * math.sqrt(self.cfg.d_model) + self.positions[offset: offset + L]
+        return self.drop(x)
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        """src (B, S) ids, src_mask (B, S) bool -> memory (B, S, D)."""
+        mask = src_mask[:, None, None, :]                     # (B, 1, 1, S)
+        x = self._embed(self.src_embed, src, 0)               # (B, S, D)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return self.enc_norm(x)
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, cache: KVCache | None = None,
+               tgt_mask: Tensor | None = None) -> tuple[Tensor, KVCache | None]:
+        """Next-token logits.
+
+        Args:
+            tgt_in: (B, T) target ids; with a cache, only the positions after those already cached.
+            memory: (B, S, D) encoder output.  src_mask: (B, S) bool.
+            cache: caller-owned KVCache, updated in place and returned; None = full recomputation.
+            tgt_mask: (B, T) bool, real target positions (without a cache); None = all real.
+        Returns:
+            logits (B, T, V) and the cache.
+        """
+        offset = cache.length if cache is not None else 0
+        T = tgt_in.size(1)
+        assert offset == 0 or T == 1, f"a warm cache takes one new position at a time, got {T}"
+        # cached positions are all earlier than a new one, so only a cold start needs the causal mask
+        self_mask = decoder_self_mask(T, tgt_mask, tgt_in.device) if offset == 0 and T > 1 else None
+        cross_mask = src_mask[:, None, None, :]                                       # (B, 1, 1, S)
+        x = self._embed(self.tgt_embed, tgt_in, offset)                                # (B, T, D)
+        for i, layer in enumerate(self.decoder):
+            x = layer(x, memory, cross_mask, self_mask, cache, i)
+        return self.out_proj(self.dec_norm(x)), cache                                # (B, T, V)
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, V)."""
+        return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask=tgt_mask)[0]
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda when available, else cpu."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)

@@ -1,0 +1,64 @@
+"""One joint sentencepiece BPE model for both languages, with fixed special ids.
+
+Ids are the same for source and target: pad 0, unk 1, bos 2, eos 3. The model is trained once on
+source + target training text and saved in the run directory (`spm.model`); later starts reuse it.
+"""
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Iterable
+
+import sentencepiece as spm
+
+from mt.config import ConfigError
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+class Tokenizer:
+    """Text <-> piece ids with one shared vocabulary."""
+
+    def __init__(self, model_proto: bytes):
+        self.proto = model_proto
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        assert (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) == (PAD, UNK, BOS, EOS)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        """Lines -> piece ids, without bos/eos (the batch adds them)."""
+        return self.sp.encode(lines)
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        return self.sp.decode(ids)
+
+    def pieces(self, line: str) -> list[str]:
+        return self.sp.encode(line, out_type=str)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_bytes(self.proto)
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int, character_coverage: float = 1.0) -> Tokenizer:
+    """Train a BPE model on `texts` (source and target lines together)."""
+    proto = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(texts), model_writer=proto, model_type="bpe",
+            vocab_size=vocab_size, character_coverage=character_coverage,
+            pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+            input_sentence_size=2_000_000, shuffle_input_sentence=True,
+            num_threads=2, minloglevel=2)
+    except RuntimeError as e:
+        limit = re.search(r"<= (\d+)", str(e))
+        hint = f"; set it to at most {limit.group(1)}" if limit else ""
+        raise ConfigError(f"tokenizer.vocab_size: {vocab_size} is too large for this corpus{hint}") from None
+    return Tokenizer(proto.getvalue())
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    return Tokenizer(Path(path).read_bytes())

@@ -1,0 +1,28 @@
+"""Shared fixtures: a small tokenizer and model built from the generated toy corpus."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mt.config import ModelConfig
+from mt.model import Seq2Seq
+from mt.tokenizer import train_tokenizer
+from mt.toy import toy_corpus
+
+
+@pytest.fixture(scope="session")
+def toy():
+    return toy_corpus()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(toy):
+    src, tgt = toy["train"]
+    return train_tokenizer(src[:2000] + tgt[:2000], vocab_size=300)
+
+
+@pytest.fixture
+def small_model():
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0, max_positions=64)
+    return Seq2Seq(cfg, vocab_size=50).eval()

@@ -1,0 +1,90 @@
+from pathlib import Path
+
+import pytest
+
+from mt.config import ConfigError, RunConfig, config_from_dict, config_to_dict, load_config, save_config
+
+CONFIGS = sorted(Path(__file__).resolve().parents[1].glob("configs/*.yaml"))
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_configs_validate(path):
+    cfg = load_config(path)
+    assert cfg.name == path.stem
+
+
+def test_yaml_round_trip(tmp_path):
+    cfg = load_config(CONFIGS[0], ["train.lr=5e-4", "model.layers=4"])
+    save_config(cfg, tmp_path / "saved.yaml")
+    again = load_config(tmp_path / "saved.yaml")
+    assert again == cfg
+    assert config_from_dict(config_to_dict(cfg)) == cfg
+
+
+def test_overrides_parse_types(tmp_path):
+    cfg = load_config(write(tmp_path, "train:\n  lr: 5e-4\n"), ["train.max_steps=7", "model.norm=post",
+                                                                  "model.tie_embeddings=false"])
+    assert cfg.train.lr == 5e-4 and cfg.train.max_steps == 7
+    assert cfg.model.norm == "post" and cfg.model.tie_embeddings is False
+
+
+def test_unknown_key_suggests_closest(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, "train:\n  warmup_step: 10\n"))
+    assert str(e.value).startswith(f"{tmp_path / 'c.yaml'}: unknown key 'train.warmup_step'; "
+                                   "did you mean 'warmup_steps'?")
+
+
+def test_unknown_section(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown key 'modle'; did you mean 'model'\?"):
+        load_config(write(tmp_path, "modle:\n  layers: 2\n"))
+
+
+def test_wrong_type(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, "model:\n  layers: three\n"))
+    assert str(e.value) == f"{tmp_path / 'c.yaml'}: model.layers: expected int, got str 'three'"
+
+
+def test_bool_is_not_int(tmp_path):
+    with pytest.raises(ConfigError, match="model.layers: expected int, got bool True"):
+        load_config(write(tmp_path, "model:\n  layers: true\n"))
+
+
+def test_bad_choice_lists_valid_ones(tmp_path):
+    with pytest.raises(ConfigError, match="train.precision: 'fp8' is not one of fp32, bf16, fp16"):
+        load_config(write(tmp_path, "train:\n  precision: fp8\n"))
+
+
+def test_out_of_range(tmp_path):
+    with pytest.raises(ConfigError, match="model.dropout: -0.1 is out of range, must be >= 0.0"):
+        load_config(write(tmp_path, "model:\n  dropout: -0.1\n"))
+    with pytest.raises(ConfigError, match="train.warmup_steps: 0 is out of range, must be >= 1"):
+        load_config(write(tmp_path, "train:\n  warmup_steps: 0\n"))
+
+
+def test_cross_field_check(tmp_path):
+    with pytest.raises(ConfigError, match=r"model.d_model \(100\) must be divisible by model.n_heads \(3\)"):
+        load_config(write(tmp_path, "model:\n  d_model: 100\n  n_heads: 3\n"))
+
+
+def test_not_a_mapping_and_not_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="expected a YAML mapping of sections, got list"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+    with pytest.raises(ConfigError, match=r"c.yaml: line 2 is not valid YAML \(mapping values are not allowed here\)"):
+        load_config(write(tmp_path, "train:\n  lr: 1: 2\n"))
+
+
+def test_bad_override_syntax(tmp_path):
+    with pytest.raises(ConfigError, match="expected key.path=value"):
+        load_config(write(tmp_path, ""), ["train.lr"])
+
+
+def test_defaults_are_valid():
+    assert isinstance(config_from_dict({}), RunConfig)

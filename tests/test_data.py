@@ -1,0 +1,155 @@
+import gzip
+import hashlib
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mt.config import DataConfig
+from mt.data import (DataError, drop_long_pairs, epoch_batches, load_split, multi30k_dir, normalize, read_lines,
+                     read_parallel, token_batches)
+from mt.toy import SPLIT_SIZES, toy_corpus
+
+SHARED = os.environ.get("MT_DATA_DIR", "")
+needs_multi30k = pytest.mark.skipif(not (SHARED and Path(SHARED, "multi30k").is_dir()),
+                                    reason="MT_DATA_DIR with multi30k/ not set")
+
+
+def gz(path: Path, text: bytes) -> Path:
+    path.write_bytes(gzip.compress(text))
+    return path
+
+
+def test_normalize_whitespace():
+    assert normalize("Ein\tMann  mit\u00a05 Hunden .  ") == "Ein Mann mit 5 Hunden ."
+
+
+def test_read_lines_gzip_and_plain(tmp_path):
+    assert read_lines(gz(tmp_path / "a.gz", "x\u00a0y \nz\n".encode())) == ["x y", "z"]
+    (tmp_path / "b.txt").write_text("a\n\nb\n")
+    assert read_lines(tmp_path / "b.txt") == ["a", "", "b"]
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    path = gz(tmp_path / "bad.de.gz", b"gut\nauch gut\nschlecht \xff\n")
+    with pytest.raises(DataError) as e:
+        read_lines(path)
+    assert str(e.value) == f"{path}: line 3 is not valid UTF-8"
+
+
+def test_line_count_mismatch_names_both_files(tmp_path):
+    src, tgt = gz(tmp_path / "t.de.gz", b"a\nb\nc\n"), gz(tmp_path / "t.en.gz", b"a\nb\n")
+    with pytest.raises(DataError) as e:
+        read_parallel(src, tgt)
+    assert str(e.value) == f"{src} has 3 lines but {tgt} has 2"
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DataError, match="nope.gz: file not found"):
+        read_lines(tmp_path / "nope.gz")
+
+
+def test_drop_long_pairs_counts(caplog):
+    caplog.set_level("INFO")
+    src, tgt = drop_long_pairs([[5] * 3, [5] * 9, [5], []], [[6] * 2, [6], [6] * 10, [6]], max_len=8)
+    assert src == [[5] * 3] and tgt == [[6] * 2]
+    assert "kept 1 training pairs, dropped 3" in caplog.text
+
+
+def test_token_batches_respect_budget_and_cover_every_index():
+    rng = random.Random(0)
+    src = [rng.randint(1, 40) for _ in range(500)]
+    tgt = [rng.randint(1, 40) for _ in range(500)]
+    batches = token_batches(src, tgt, 256, random.Random(1))
+    assert sorted(i for b in batches for i in b) == list(range(500))
+    for b in batches:
+        assert len(b) * max(max(src[i], tgt[i]) for i in b) <= 256
+
+
+def test_oversized_sentence_gets_its_own_batch():
+    assert token_batches([10, 300, 10], [10, 5, 10], 100) == [[0, 2], [1]]
+
+
+def test_epoch_batches_are_seeded():
+    src = [[5] * (i % 17 + 1) for i in range(300)]
+    tgt = [[6] * (i % 13 + 1) for i in range(300)]
+    a = [b.src.tolist() for b in epoch_batches(src, tgt, 128, seed=1, epoch=1)]
+    assert a == [b.src.tolist() for b in epoch_batches(src, tgt, 128, seed=1, epoch=1)]
+    assert a != [b.src.tolist() for b in epoch_batches(src, tgt, 128, seed=1, epoch=2)]
+
+
+def test_toy_corpus_is_deterministic_and_disjoint():
+    a, b = toy_corpus(), toy_corpus()
+    assert a == b
+    for split, size in SPLIT_SIZES.items():
+        assert len(a[split][0]) == len(a[split][1]) == size
+    train = set(a["train"][0])
+    assert not train & set(a["test"][0]) and not train & set(a["val"][0])
+    assert toy_corpus(seed=2)["train"][0][:5] != a["train"][0][:5]
+
+
+def test_toy_split_by_language():
+    de, en = load_split(DataConfig(corpus="toy"), "test")
+    en2, de2 = load_split(DataConfig(corpus="toy", src_lang="en", tgt_lang="de"), "test")
+    assert (de, en) == (de2, en2)
+
+
+def fake_release(folder: Path) -> dict:
+    """A tiny stand-in corpus and its manifest, to test download and verification offline."""
+    folder.mkdir()
+    files = {}
+    for stem, remote in [("train", "train"), ("val", "val"), ("test2016", "test_2016_flickr")]:
+        for lang in ("de", "en"):
+            data = gzip.compress(f"{stem} {lang}\n".encode())
+            (folder / f"{remote}.{lang}.gz").write_bytes(data)
+            files[f"{stem}.{lang}.gz"] = {"remote": f"{remote}.{lang}.gz", "lines": 1,
+                                          "sha256": hashlib.sha256(data).hexdigest()}
+    return {"base_url": folder.as_uri() + "/", "files": files}
+
+
+def test_download_verifies_and_reads(tmp_path, monkeypatch):
+    manifest = fake_release(tmp_path / "remote")
+    (tmp_path / "m.json").write_text(json.dumps(manifest))
+    monkeypatch.delenv("MT_DATA_DIR", raising=False)
+    monkeypatch.setattr("mt.data.REPO_DATA", tmp_path / "local")
+    folder = multi30k_dir("", tmp_path / "m.json")
+    assert folder == tmp_path / "local" / "multi30k"
+    assert read_lines(folder / "test2016.en.gz") == ["test2016 en"]
+
+
+def test_damaged_file_is_refused(tmp_path):
+    manifest = fake_release(tmp_path / "remote")
+    (tmp_path / "m.json").write_text(json.dumps(manifest))
+    local = tmp_path / "copy" / "multi30k"
+    local.mkdir(parents=True)
+    for name, entry in manifest["files"].items():
+        shutil.copy(tmp_path / "remote" / entry["remote"], local / name)
+    assert multi30k_dir(str(tmp_path / "copy"), tmp_path / "m.json") == local
+    gz(local / "val.de.gz", b"tampered\n")
+    with pytest.raises(DataError, match=r"val.de.gz: sha256 does not match m.json"):
+        multi30k_dir(str(tmp_path / "copy"), tmp_path / "m.json")
+
+
+def test_no_copy_and_no_network_says_how_to_fix(tmp_path, monkeypatch):
+    manifest = fake_release(tmp_path / "remote")
+    manifest["base_url"] = (tmp_path / "missing").as_uri() + "/"
+    (tmp_path / "m.json").write_text(json.dumps(manifest))
+    monkeypatch.delenv("MT_DATA_DIR", raising=False)
+    monkeypatch.setattr("mt.data.REPO_DATA", tmp_path / "local")
+    with pytest.raises(DataError, match=r"cannot download .*; set MT_DATA_DIR to a folder holding multi30k/"):
+        multi30k_dir("", tmp_path / "m.json")
+
+
+@needs_multi30k
+def test_multi30k_splits_load_normalised():
+    cfg = DataConfig()
+    sizes = {"train": 29000, "val": 1014, "test": 1000}
+    for split, n in sizes.items():
+        src, tgt = load_split(cfg, split)
+        assert len(src) == len(tgt) == n
+    src, _ = load_split(cfg, "train")
+    assert not any("\t" in s or "\u00a0" in s or s != s.strip() for s in src)
+    assert src[7365].count("  ") == 0  # the line with a TAB in the raw file

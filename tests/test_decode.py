@@ -1,0 +1,66 @@
+"""Greedy decoding on the cache, batching of lines, and the sacreBLEU wrapper."""
+import pytest
+import torch
+
+from mt.config import DecodeConfig, ModelConfig
+from mt.data import source_batch
+from mt.decode import greedy_decode
+from mt.evaluate import score, translate_lines
+from mt.model import Seq2Seq
+
+
+@pytest.fixture
+def text_model(tokenizer):
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0, max_positions=128)
+    return Seq2Seq(cfg, tokenizer.vocab_size).eval()
+
+
+def test_cached_and_uncached_greedy_are_identical(text_model, tokenizer, toy):
+    src, mask = source_batch(tokenizer.encode(toy["test"][0][:8]))
+    cached = greedy_decode(text_model, src, mask, 1.0, 5, use_cache=True)
+    uncached = greedy_decode(text_model, src, mask, 1.0, 5, use_cache=False)
+    assert cached == uncached
+    assert all(len(h) <= length + 5 for h, length in zip(cached, mask.sum(1).tolist()))
+
+
+def test_greedy_one_by_one_equals_batched(text_model, tokenizer, toy):
+    ids = tokenizer.encode(toy["test"][0][:6])
+    src, mask = source_batch(ids)
+    batched = greedy_decode(text_model, src, mask, 1.0, 5)
+    for i, s in enumerate(ids):
+        [alone] = greedy_decode(text_model, *source_batch([s]), 1.0, 5)
+        assert alone == batched[i]
+        assert len(alone) <= len(s) + 1 + 5
+
+
+def test_translate_keeps_one_line_per_input_line(text_model, tokenizer):
+    lines = ["Der Hund sieht die Katze.", "", "   ", "Die Frau liest.", "", "Ein Kind lacht."]
+    out = translate_lines(text_model, tokenizer, lines, DecodeConfig(batch_tokens=32))
+    assert len(out) == len(lines)
+    assert out[1] == out[2] == out[4] == ""
+    assert all("\n" not in line for line in out)
+
+
+def test_translate_restores_input_order(text_model, tokenizer, toy):
+    lines = toy["test"][0][:20]
+    forward = translate_lines(text_model, tokenizer, lines, DecodeConfig(batch_tokens=64))
+    backward = translate_lines(text_model, tokenizer, lines[::-1], DecodeConfig(batch_tokens=64))
+    assert forward == backward[::-1]
+
+
+def test_bleu_of_identity_is_100():
+    refs = ["The dog bit the man.", "It was not unexpected."]
+    result = score(refs, refs)
+    assert result["bleu"] == pytest.approx(100.0) and result["chrf"] == pytest.approx(100.0)
+    assert result["sentences"] == 2
+
+
+def test_bleu_matches_sacrebleu_readme_example():
+    refs = [["The dog bit the man.", "It was not unexpected.", "The man bit him first."],
+            ["The dog had bit the man.", "No one was surprised.", "The man had bitten the dog."]]
+    hyps = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]
+    result = score(hyps, *refs)
+    assert result["bleu"] == pytest.approx(48.530827, abs=1e-6)
+    assert result["bleu_signature"].startswith("nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert result["chrf_signature"].startswith("nrefs:2|case:mixed|eff:yes|nc:6|nw:0|space:no|version:")

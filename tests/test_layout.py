@@ -1,0 +1,32 @@
+"""Imports point one way: a module never imports from one to its right."""
+import ast
+from pathlib import Path
+
+ORDER = ["config", "tokenizer", "toy", "data", "model", "checkpoint", "decode", "evaluate", "train", "cli"]
+PACKAGE = Path(__file__).resolve().parents[1] / "mt"
+
+
+def mt_imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mt."):
+            names.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            names |= {a.name.split(".")[1] for a in node.names if a.name.startswith("mt.")}
+    return names
+
+
+def test_every_module_is_ranked():
+    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
+    assert modules == set(ORDER)
+
+
+def test_dependencies_point_one_way():
+    for name in ORDER:
+        for imported in mt_imports(PACKAGE / f"{name}.py"):
+            assert ORDER.index(imported) < ORDER.index(name), f"mt/{name}.py imports mt.{imported}"
+
+
+def test_model_knows_only_torch_and_its_config():
+    assert mt_imports(PACKAGE / "model.py") == {"config"}
+    assert mt_imports(PACKAGE / "decode.py") <= {"model", "tokenizer"}

@@ -1,0 +1,145 @@
+"""Masks, causality, padding invariance, incremental decoding, tied weights, attention equivalence."""
+import torch
+
+from mt.data import make_batch
+from mt.model import Dropout, KVCache, decoder_self_mask
+from mt.tokenizer import BOS, EOS, PAD
+
+
+def test_batch_shift_masks_and_ntokens_match_hand_built():
+    b = make_batch([[5, 6, 7], [8]], [[9, 10], [11, 12, 13]])
+    assert b.src.tolist() == [[5, 6, 7, EOS], [8, EOS, PAD, PAD]]
+    assert b.src_mask.tolist() == [[True, True, True, True], [True, True, False, False]]
+    assert b.tgt_in.tolist() == [[BOS, 9, 10, PAD], [BOS, 11, 12, 13]]
+    assert b.tgt_out.tolist() == [[9, 10, EOS, PAD], [11, 12, 13, EOS]]
+    assert b.tgt_mask.tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert b.src_mask.dtype == torch.bool and b.ntokens == 7
+
+
+def test_decoder_self_mask_is_causal_and_hides_padding():
+    assert decoder_self_mask(3, None).tolist() == [[[[True, False, False], [True, True, False], [True, True, True]]]]
+    tgt_mask = torch.tensor([[True, True, False]])
+    expected = [[[[True, False, False], [True, True, False], [True, True, False]]]]
+    assert decoder_self_mask(3, tgt_mask).tolist() == expected
+    assert decoder_self_mask(5, torch.ones(2, 5, dtype=torch.bool)).shape == (2, 1, 5, 5)
+
+
+def test_future_target_tokens_do_not_change_earlier_logits(small_model):
+    torch.manual_seed(1)
+    src = torch.randint(4, 50, (2, 6))
+    src_mask = torch.ones_like(src, dtype=torch.bool)
+    tgt = torch.randint(4, 50, (2, 7))
+    tgt_mask = torch.ones_like(tgt, dtype=torch.bool)
+    base = small_model(src, src_mask, tgt, tgt_mask)
+    for t in range(6):
+        changed = tgt.clone()
+        changed[:, t + 1] = (changed[:, t + 1] + 1 - 4) % 46 + 4
+        out = small_model(src, src_mask, changed, tgt_mask)
+        torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], rtol=0, atol=1e-6)
+        assert not torch.allclose(out[:, t + 1], base[:, t + 1])
+
+
+def test_source_padding_changes_no_real_output(small_model):
+    torch.manual_seed(2)
+    src = torch.randint(4, 50, (1, 5))
+    tgt = torch.randint(4, 50, (1, 4))
+    tgt_mask = torch.ones_like(tgt, dtype=torch.bool)
+    padded = torch.cat([src, torch.full((1, 3), PAD)], dim=1)
+    mask, padded_mask = src != PAD, padded != PAD
+    torch.testing.assert_close(small_model.encode(padded, padded_mask)[:, :5], small_model.encode(src, mask),
+                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(small_model(padded, padded_mask, tgt, tgt_mask), small_model(src, mask, tgt, tgt_mask),
+                               rtol=0, atol=1e-5)
+
+
+def test_target_padding_changes_no_real_logits(small_model):
+    torch.manual_seed(3)
+    src = torch.randint(4, 50, (1, 5))
+    src_mask = src != PAD
+    tgt = torch.randint(4, 50, (1, 4))
+    padded = torch.cat([tgt, torch.full((1, 2), PAD)], dim=1)
+    full = small_model(src, src_mask, tgt, tgt != PAD)
+    torch.testing.assert_close(small_model(src, src_mask, padded, padded != PAD)[:, :4], full, rtol=0, atol=1e-5)
+
+
+def test_incremental_decoding_equals_teacher_forcing(small_model):
+    torch.manual_seed(4)
+    src = torch.randint(4, 50, (3, 6))
+    src[2, 4:] = PAD
+    src_mask = src != PAD
+    tgt = torch.randint(4, 50, (3, 8))
+    memory = small_model.encode(src, src_mask)
+    full, _ = small_model.decode(tgt, memory, src_mask)
+    cache = KVCache(len(small_model.decoder))
+    steps = []
+    for t in range(tgt.size(1)):
+        logits, cache = small_model.decode(tgt[:, t: t + 1], memory, src_mask, cache)
+        steps.append(logits)
+    assert cache.length == tgt.size(1)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_cache_reorder_selects_rows(small_model):
+    src = torch.randint(4, 50, (2, 5))
+    memory = small_model.encode(src, src != PAD)
+    cache = KVCache(len(small_model.decoder))
+    _, cache = small_model.decode(torch.full((2, 1), BOS), memory, src != PAD, cache)
+    k0 = cache.self_kv[0][0].clone()
+    cache.reorder(torch.tensor([1, 1, 0]))
+    assert torch.equal(cache.self_kv[0][0], k0[[1, 1, 0]])
+    assert cache.cross_kv[1][0].shape[0] == 3
+
+
+def test_attention_matches_reference_multihead(small_model):
+    """Our attention with weights copied into nn.MultiheadAttention gives the same output."""
+    attn = small_model.encoder[0].self_attn
+    D = 32
+    ref = torch.nn.MultiheadAttention(D, 4, batch_first=True)
+    k_w, v_w = attn.kv_proj.weight.chunk(2)
+    k_b, v_b = attn.kv_proj.bias.chunk(2)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([attn.q_proj.weight, k_w, v_w]))
+        ref.in_proj_bias.copy_(torch.cat([attn.q_proj.bias, k_b, v_b]))
+        ref.out_proj.weight.copy_(attn.out_proj.weight)
+        ref.out_proj.bias.copy_(attn.out_proj.bias)
+    x = torch.randn(2, 5, D)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    ours = attn(x, *attn.project_kv(x), mask[:, None, None, :])
+    theirs, _ = ref(x, x, x, key_padding_mask=~mask)  # PyTorch's True = pad convention, only here
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_embeddings_and_output_projection_are_tied(small_model):
+    assert small_model.src_embed.weight is small_model.tgt_embed.weight is small_model.out_proj.weight
+
+
+def test_untied_model_has_three_matrices():
+    from mt.config import ModelConfig
+    from mt.model import Seq2Seq
+    m = Seq2Seq(ModelConfig(d_model=16, n_heads=2, layers=1, d_ff=32, tie_embeddings=False), 40)
+    assert len({id(m.src_embed.weight), id(m.tgt_embed.weight), id(m.out_proj.weight)}) == 3
+
+
+def test_post_norm_variant_runs_and_differs():
+    from mt.config import ModelConfig
+    from mt.model import Seq2Seq
+    torch.manual_seed(0)
+    m = Seq2Seq(ModelConfig(d_model=16, n_heads=2, layers=1, d_ff=32, norm="post"), 40).eval()
+    src = torch.randint(4, 40, (2, 5))
+    out = m(src, src != PAD, src, src != PAD)
+    assert out.shape == (2, 5, 40) and torch.isfinite(out).all()
+
+
+def test_dropout_rate_scale_and_eval_identity():
+    torch.manual_seed(0)
+    d = Dropout(0.1)
+    x = torch.ones(200_000)
+    y = d.train()(x)
+    assert abs((y == 0).float().mean().item() - 0.1) < 0.005
+    scale = torch.tensor(1 / 0.9).item()  # in float32
+    assert set(torch.unique(y).tolist()) == {0.0, scale}
+    assert torch.equal(d.eval()(x), x)
+    assert torch.equal(Dropout(0.0).train()(x), x)
+    xg = torch.ones(10, requires_grad=True)
+    d.train()(xg).sum().backward()
+    assert set(xg.grad.unique().tolist()) <= {0.0, scale}

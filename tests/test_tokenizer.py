@@ -1,0 +1,39 @@
+import pytest
+
+from mt.config import ConfigError
+from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, load_tokenizer, train_tokenizer
+
+
+def test_special_ids_are_fixed(tokenizer):
+    sp = tokenizer.sp
+    assert (PAD, UNK, BOS, EOS) == (0, 1, 2, 3)
+    assert [sp.id_to_piece(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert tokenizer.vocab_size == 300
+
+
+def test_one_vocab_for_both_languages(tokenizer, toy):
+    de, en = toy["test"]
+    ids = tokenizer.encode([de[0], en[0]])
+    assert all(4 <= i < tokenizer.vocab_size for seq in ids for i in seq)  # no specials, no unk
+    assert UNK not in ids[0] + ids[1]
+
+
+def test_round_trip(tokenizer, toy):
+    lines = toy["test"][0][:50] + toy["test"][1][:50]
+    assert tokenizer.decode(tokenizer.encode(lines)) == lines
+
+
+def test_save_and_load(tokenizer, tmp_path, toy):
+    tokenizer.save(tmp_path / "spm.model")
+    again = load_tokenizer(tmp_path / "spm.model")
+    lines = toy["val"][0][:20]
+    assert again.encode(lines) == tokenizer.encode(lines)
+
+
+def test_vocab_too_large_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"tokenizer.vocab_size: 5000 is too large for this corpus; set it to at most \d+"):
+        train_tokenizer(["ein kleiner Satz", "a small sentence"] * 10, vocab_size=5000)
+
+
+def test_tokenizer_class_checks_ids(tokenizer):
+    assert isinstance(Tokenizer(tokenizer.proto), Tokenizer)
