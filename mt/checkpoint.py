@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from mt.config import ConfigError, RunConfig, config_from_dict
+from mt.config import ConfigError, RunConfig, apply_overrides, config_from_dict
 from mt.model import Seq2Seq
 from mt.tokenizer import Tokenizer, load_tokenizer
 
@@ -37,13 +37,17 @@ def load_checkpoint(path: str | Path) -> dict:
                           f"delete it or train again") from None
 
 
-def load_run(run_dir: str | Path, which: str = "best") -> tuple[RunConfig, Tokenizer, Seq2Seq]:
-    """Config, tokenizer and model (in eval mode, on CPU) from a run directory's `which`.pt."""
+def load_run(run_dir: str | Path, which: str = "best", overrides: list[str] = ()
+             ) -> tuple[RunConfig, Tokenizer, Seq2Seq]:
+    """Config, tokenizer and model (in eval mode, on CPU) from a run directory's `which`.pt.
+
+    `overrides` (`key.path=value`) change the loaded config, e.g. decode.beam=5; they are validated.
+    """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: run directory not found")
     ckpt = load_checkpoint(run_dir / f"{which}.pt")
-    cfg = config_from_dict(ckpt["config"])
+    cfg = config_from_dict(apply_overrides(ckpt["config"], list(overrides)))
     tokenizer = load_tokenizer(run_dir / "spm.model")
     if tokenizer.vocab_size != ckpt["vocab_size"]:
         raise ConfigError(f"{run_dir}/spm.model has {tokenizer.vocab_size} pieces but the checkpoint "

@@ -39,18 +39,29 @@ def cmd_train(args: argparse.Namespace) -> None:
     train(cfg, run_dir)
 
 
+def _decode_overrides(args: argparse.Namespace) -> list[str]:
+    """Decoding flags given on the command line, as config overrides of the run's decode section."""
+    flags = {"beam": args.beam, "n_best": args.n_best, "length_penalty": args.length_penalty,
+             "batch_tokens": args.batch_tokens}
+    return [f"decode.{key}={value}" for key, value in flags.items() if value is not None]
+
+
 def cmd_translate(args: argparse.Namespace) -> None:
     from mt.checkpoint import load_run
-    from mt.evaluate import translate_lines
+    from mt.evaluate import translate_nbest
     from mt.model import resolve_device
 
     _setup_logging()
-    cfg, tokenizer, model = load_run(args.run)
+    cfg, tokenizer, model = load_run(args.run, overrides=_decode_overrides(args))
     device = resolve_device(args.device)
     source = open(args.input, encoding="utf-8") if args.input else sys.stdin
     with source:
         lines = source.read().splitlines()
-    out = translate_lines(model.to(device), tokenizer, lines, cfg.decode, device)
+    found = translate_nbest(model.to(device), tokenizer, lines, cfg.decode, device)
+    if cfg.decode.n_best == 1:
+        out = [hyps[0][0] for hyps in found]
+    else:  # Moses n-best format: input line index ||| translation ||| score
+        out = [f"{i} ||| {text} ||| {score:.4f}" for i, hyps in enumerate(found) for text, score in hyps]
     text = "".join(line + "\n" for line in out)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -62,8 +73,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from mt.evaluate import evaluate_run
 
     _setup_logging()
-    result = evaluate_run(args.run, args.split, args.device)
-    print(f"{args.split}: BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  ({result['sentences']} sentences)")
+    result = evaluate_run(args.run, args.split, args.device, _decode_overrides(args))
+    print(f"{args.split}: BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  ({result['sentences']} sentences, "
+          f"beam {result['beam']}, length penalty {result['length_penalty']})")
     print(f"  {result['bleu_signature']}")
     print(f"  {result['chrf_signature']}")
 
@@ -79,14 +91,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a config key")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("translate", help="translate lines (stdin -> stdout by default)")
+    decoding = argparse.ArgumentParser(add_help=False)
+    group = decoding.add_argument_group("decoding (defaults: the run's decode config)")
+    group.add_argument("--beam", type=int, help="beam size; 1 = greedy")
+    group.add_argument("--n-best", type=int, help="hypotheses per line (translate; <= beam)")
+    group.add_argument("--length-penalty", type=float, help="GNMT alpha; 0 = raw log-probability")
+    group.add_argument("--batch-tokens", type=int, help="source tokens per decoding batch")
+
+    p = sub.add_parser("translate", parents=[decoding], help="translate lines (stdin -> stdout by default)")
     p.add_argument("--run", required=True, help="run directory")
     p.add_argument("--input", help="input file (default stdin)")
     p.add_argument("--output", help="output file (default stdout)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_translate)
 
-    p = sub.add_parser("evaluate", help="translate a split and score it with sacreBLEU")
+    p = sub.add_parser("evaluate", parents=[decoding], help="translate a split and score it with sacreBLEU")
     p.add_argument("--run", required=True, help="run directory")
     p.add_argument("--split", default="test", choices=["test", "val"])
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])

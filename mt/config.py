@@ -78,9 +78,12 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DecodeConfig:
+    beam: int = _range(1, 1)             # 1 = greedy
+    n_best: int = _range(1, 1)           # hypotheses per sentence written by translate (<= beam)
+    length_penalty: float = _range(1.0, 0.0)  # GNMT alpha: rank by logprob / ((5 + length) / 6) ** alpha
     max_len_a: float = _range(1.5, 0.0)  # output length limit = a * source length + b
     max_len_b: int = _range(10, 1)
-    batch_tokens: int = _range(6000, 16)
+    batch_tokens: int = _range(6000, 16)  # source tokens (padding included) per decoding batch
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"data.src_lang and data.tgt_lang are both {cfg.data.src_lang!r}")
     if cfg.train.precision == "fp16" and cfg.train.device == "cpu":
         raise ConfigError("train.precision: fp16 needs a CUDA device; use bf16 or fp32 on CPU")
+    if cfg.decode.n_best > cfg.decode.beam:
+        raise ConfigError(f"decode.n_best ({cfg.decode.n_best}) must be <= decode.beam ({cfg.decode.beam})")
     if cfg.data.max_len + 2 > m.max_positions:
         raise ConfigError(f"data.max_len ({cfg.data.max_len}) + 2 exceeds model.max_positions ({m.max_positions})")
     return cfg

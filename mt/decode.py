@@ -13,6 +13,13 @@ from mt.model import KVCache, Seq2Seq
 from mt.tokenizer import BOS, EOS, PAD
 
 
+@dataclass
+class Hypothesis:
+    tokens: list[int]   # without bos and eos
+    score: float        # log-probability / length penalty: what beams are ranked by
+    logprob: float      # total log-probability, eos included when it was emitted
+
+
 def max_output_lengths(src_mask: Tensor, a: float, b: int, limit: int) -> Tensor:
     """Per-sentence output limit a * source length + b, capped by the position table: (B,) long."""
     return (a * src_mask.sum(1) + b).long().clamp(max=limit - 1)
@@ -20,30 +27,43 @@ def max_output_lengths(src_mask: Tensor, a: float, b: int, limit: int) -> Tensor
 
 @torch.no_grad()
 def greedy_decode(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float = 1.5,
-                  max_len_b: int = 10, use_cache: bool = True) -> list[list[int]]:
+                  max_len_b: int = 10, use_cache: bool = True) -> list[Hypothesis]:
     """Batched greedy search; each sentence stops at eos or at its own length limit.
+
+    Finished sentences leave the batch, so later steps only compute the ones still running.
 
     Args:
         src: (B, S) ids, src_mask: (B, S) bool.
         use_cache: False re-runs the decoder over the whole prefix each step (reference/benchmark).
     Returns:
-        B id lists, without bos and eos.
+        B hypotheses; score = logprob (greedy does not normalise by length).
     """
-    B = src.size(0)
-    memory = model.encode(src, src_mask)                                   # (B, S, D)
+    memory = model.encode(src, src_mask)                                    # (B, S, D)
     cache = KVCache(len(model.decoder)) if use_cache else None
     limits = max_output_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
-    tokens = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)   # (B, 1)
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    rows = torch.arange(src.size(0), device=src.device)                    # input row of each active row
+    tokens = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)  # (B, 1)
+    logprob = torch.zeros(src.size(0), device=src.device)
+    results: list[Hypothesis | None] = [None] * src.size(0)
     for t in range(1, int(limits.max()) + 1):
-        step_in = tokens[:, -1:] if use_cache else tokens                   # (B, 1) or (B, t)
-        logits, cache = model.decode(step_in, memory, src_mask, cache)    # (B, 1|t, V)
-        next_token = logits[:, -1].argmax(-1).masked_fill(finished, PAD)  # (B,)
-        tokens = torch.cat([tokens, next_token[:, None]], dim=1)          # (B, t + 1)
-        finished |= (next_token == EOS) | (limits <= t)
-        if finished.all():
-            break
-    return [_strip(row) for row in tokens[:, 1:].tolist()]
+        step_in = tokens[:, -1:] if use_cache else tokens                   # (b, 1) or (b, t)
+        logits, cache = model.decode(step_in, memory, src_mask, cache)    # (b, 1|t, V)
+        best, next_token = torch.log_softmax(logits[:, -1].float(), dim=-1).max(dim=-1)  # (b,) each
+        logprob += best
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)          # (b, t + 1)
+        done = (next_token == EOS) | (limits <= t)                         # (b,)
+        for i in done.nonzero().flatten().tolist():
+            lp = float(logprob[i])
+            results[int(rows[i])] = Hypothesis(_strip(tokens[i, 1:].tolist()), lp, lp)
+        if done.any():
+            keep = (~done).nonzero().flatten()                              # (b',)
+            if keep.numel() == 0:
+                break
+            rows, tokens, logprob, limits = rows[keep], tokens[keep], logprob[keep], limits[keep]
+            memory, src_mask = memory[keep], src_mask[keep]
+            if cache is not None:
+                cache.reorder(keep)
+    return results
 
 
 def _strip(ids: list[int]) -> list[int]:
@@ -52,13 +72,6 @@ def _strip(ids: list[int]) -> list[int]:
         if t in (EOS, PAD):
             return ids[:i]
     return ids
-
-
-@dataclass
-class Hypothesis:
-    tokens: list[int]   # without bos and eos
-    score: float        # log-probability / length penalty: what beams are ranked by
-    logprob: float      # total log-probability, eos included when it was emitted
 
 
 def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
@@ -111,7 +124,8 @@ class _Beams:
 
 @torch.no_grad()
 def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam: int = 5, max_len_a: float = 1.5,
-                max_len_b: int = 10, alpha: float = 1.0, n_best: int = 1) -> list[list[Hypothesis]]:
+                max_len_b: int = 10, alpha: float = 1.0, n_best: int = 1,
+                use_cache: bool = True) -> list[list[Hypothesis]]:
     """Batched beam search on the KV cache, over a flattened (B*K) batch.
 
     Each step ranks 2K candidates per sentence so that hypotheses ending in eos do not starve the
@@ -120,6 +134,7 @@ def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam: int = 5, ma
 
     Args:
         src: (B, S) ids, src_mask: (B, S) bool.
+        use_cache: False re-runs the decoder over the whole prefix each step (reference/benchmark).
     Returns:
         for each sentence, its n_best hypotheses, best first.
     """
@@ -128,13 +143,16 @@ def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam: int = 5, ma
     mask = src_mask.repeat_interleave(K, dim=0)                               # (B*K, S)
     limits = max_output_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
     beams = _Beams(B, K, limits, alpha, src.device)
-    cache = KVCache(len(model.decoder))
+    cache = KVCache(len(model.decoder)) if use_cache else None
     for t in range(1, int(limits.max()) + 1):
-        logits, cache = model.decode(beams.tokens[:, -1:], memory, mask, cache)  # (B*K, 1, V)
+        step_in = beams.tokens[:, -1:] if use_cache else beams.tokens            # (B*K, 1) or (B*K, t)
+        logits, cache = model.decode(step_in, memory, mask, cache)              # (B*K, 1|t, V)
         lprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)               # (B*K, V)
         top, beam_idx, token = beams.candidates(lprobs)
         beams.finish(top, beam_idx, token, t)
         if beams.done.all():
             break
-        cache.reorder(beams.advance(top, beam_idx, token))
+        rows = beams.advance(top, beam_idx, token)
+        if cache is not None:
+            cache.reorder(rows)
     return [sorted(f, key=lambda h: -h.score)[:n_best] for f in beams.finished]

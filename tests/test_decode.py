@@ -20,8 +20,9 @@ def test_cached_and_uncached_greedy_are_identical(text_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:8]))
     cached = greedy_decode(text_model, src, mask, 1.0, 5, use_cache=True)
     uncached = greedy_decode(text_model, src, mask, 1.0, 5, use_cache=False)
-    assert cached == uncached
-    assert all(len(h) <= length + 5 for h, length in zip(cached, mask.sum(1).tolist()))
+    assert [h.tokens for h in cached] == [h.tokens for h in uncached]
+    assert [h.logprob for h in cached] == pytest.approx([h.logprob for h in uncached], abs=1e-4)
+    assert all(len(h.tokens) <= length + 5 for h, length in zip(cached, mask.sum(1).tolist()))
 
 
 def test_greedy_one_by_one_equals_batched(text_model, tokenizer, toy):
@@ -30,8 +31,9 @@ def test_greedy_one_by_one_equals_batched(text_model, tokenizer, toy):
     batched = greedy_decode(text_model, src, mask, 1.0, 5)
     for i, s in enumerate(ids):
         [alone] = greedy_decode(text_model, *source_batch([s]), 1.0, 5)
-        assert alone == batched[i]
-        assert len(alone) <= len(s) + 1 + 5
+        assert alone.tokens == batched[i].tokens
+        assert alone.logprob == pytest.approx(batched[i].logprob, abs=1e-4)
+        assert len(alone.tokens) <= len(s) + 1 + 5
 
 
 def test_translate_keeps_one_line_per_input_line(text_model, tokenizer):

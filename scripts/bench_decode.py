@@ -1,0 +1,59 @@
+"""Decoding speed of a trained run, cached against uncached, in one process on the same inputs.
+
+    python scripts/bench_decode.py --run runs/multi30k --split test --beam 5
+
+Prints one JSON line: sentences, beam, seconds, sentences_per_s, tokens_per_s (output pieces, eos
+included, per second), BLEU, and the same timing for decoding that re-runs the decoder over the whole
+prefix at every step (uncached_seconds, speedup_vs_uncached). Tokenization and batching are inside
+the timed part, model loading is not.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from mt.checkpoint import load_run
+from mt.data import load_split
+from mt.evaluate import score, search_lines
+
+
+def timed(model, tokenizer, lines, cfg, use_cache: bool) -> tuple[float, list]:
+    start = time.perf_counter()
+    found = search_lines(model, tokenizer, lines, cfg, "cpu", use_cache=use_cache)
+    return time.perf_counter() - start, found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--split", default="test", choices=["test", "val"])
+    parser.add_argument("--beam", type=int, default=1)
+    parser.add_argument("--batch-tokens", type=int)
+    parser.add_argument("--skip-uncached", action="store_true")
+    args = parser.parse_args()
+    overrides = [f"decode.beam={args.beam}"]
+    if args.batch_tokens:
+        overrides.append(f"decode.batch_tokens={args.batch_tokens}")
+    cfg, tokenizer, model = load_run(args.run, overrides=overrides)
+    src, ref = load_split(cfg.data, args.split)
+    timed(model, tokenizer, src[:50], cfg.decode, True)  # warm up allocator and kernels
+    seconds, found = timed(model, tokenizer, src, cfg.decode, True)
+    hyps = [h[0].tokens for h in found]
+    result = {"run": args.run, "split": args.split, "sentences": len(src), "beam": args.beam,
+              "batch_tokens": cfg.decode.batch_tokens, "threads": torch.get_num_threads(),
+              "seconds": round(seconds, 3), "sentences_per_s": round(len(src) / seconds, 1),
+              "tokens_per_s": round(sum(len(h) + 1 for h in hyps) / seconds, 1),
+              "bleu": round(score(tokenizer.decode(hyps), ref)["bleu"], 2)}
+    if not args.skip_uncached:
+        uncached_seconds, uncached = timed(model, tokenizer, src, cfg.decode, False)
+        result.update({"uncached_seconds": round(uncached_seconds, 3),
+                       "speedup_vs_uncached": round(uncached_seconds / seconds, 2),
+                       "uncached_same_output": [h[0].tokens for h in uncached] == hyps})
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Beam search against hand-derived hypotheses, and against greedy decoding."""
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from mt.data import source_batch
+from mt.decode import beam_search, greedy_decode, length_penalty
+from mt.model import Seq2Seq
+from mt.config import ModelConfig
+from mt.tokenizer import BOS, EOS
+
+A, B, C = 4, 5, 6
+# next-token probabilities given the last token (a bigram "decoder"); every other entry is 0
+TABLE = {BOS: {A: 0.6, B: 0.4}, A: {EOS: 17 / 30, C: 13 / 30}, B: {C: 0.825, EOS: 0.175}, C: {EOS: 1.0}}
+
+
+class ScriptedModel(torch.nn.Module):
+    """Stands in for Seq2Seq: `decode` returns log TABLE[last token], whatever the source."""
+
+    def __init__(self):
+        super().__init__()
+        self.decoder = [None]
+        self.cfg = SimpleNamespace(max_positions=64)
+        table = torch.full((7, 7), float("-inf"))
+        for prev, row in TABLE.items():
+            for tok, p in row.items():
+                table[prev, tok] = math.log(p)
+        self.table = table
+
+    def encode(self, src, src_mask):
+        return torch.zeros(src.size(0), src.size(1), 1)
+
+    def decode(self, tgt_in, memory, src_mask, cache=None, tgt_mask=None):
+        return self.table[tgt_in[:, -1:]], cache  # (B, 1, V)
+
+
+def run(beam, alpha, n_best=3):
+    src, mask = source_batch([[A, B, C]])
+    return beam_search(ScriptedModel(), src, mask, beam=beam, max_len_a=1.0, max_len_b=5, alpha=alpha,
+                       n_best=n_best)[0]
+
+
+# By hand, beam 2. Step 1: a (.6), b (.4). Step 2 candidates: a-eos .34, b-c .33, a-c .26, b-eos .07;
+# a-eos ranks within the top 2 and finishes, b-c and a-c go on. Step 3: b-c-eos .33, a-c-eos .26 finish.
+# Finished: [a] .34 (length 2 with eos), [b c] .33 (length 3), [a c] .26 (length 3).
+def test_beam_without_length_penalty_ranks_by_probability():
+    hyps = run(beam=2, alpha=0.0)
+    assert [h.tokens for h in hyps] == [[A], [B, C], [A, C]]
+    assert [h.logprob for h in hyps] == pytest.approx([math.log(0.34), math.log(0.33), math.log(0.26)])
+    assert [h.score for h in hyps] == pytest.approx([math.log(0.34), math.log(0.33), math.log(0.26)])
+
+
+def test_length_penalty_prefers_the_longer_hypothesis():
+    # GNMT alpha = 1: log(.34) / (7/6) = -0.925 < log(.33) / (8/6) = -0.832 > log(.26) / (8/6) = -1.010
+    hyps = run(beam=2, alpha=1.0)
+    assert [h.tokens for h in hyps] == [[B, C], [A], [A, C]]
+    assert [h.score for h in hyps] == pytest.approx([math.log(0.33) / (8 / 6), math.log(0.34) / (7 / 6),
+                                                     math.log(0.26) / (8 / 6)])
+    assert length_penalty(3, 1.0) == pytest.approx(8 / 6) and length_penalty(3, 0.0) == 1.0
+
+
+def test_greedy_takes_the_locally_best_path():
+    src, mask = source_batch([[A, B, C]])
+    [greedy] = greedy_decode(ScriptedModel(), src, mask, 1.0, 5)
+    assert greedy.tokens == [A] and greedy.logprob == pytest.approx(math.log(0.34))
+    assert [h.tokens for h in run(beam=1, alpha=0.0)] == [[A]]
+
+
+def test_length_limit_finishes_without_eos():
+    src, mask = source_batch([[A]])  # limit = 1.0 * (1 + eos) + 0 = 2 tokens
+    hyps = beam_search(ScriptedModel(), src, mask, beam=2, max_len_a=1.0, max_len_b=0, alpha=0.0, n_best=2)[0]
+    assert [h.tokens for h in hyps] == [[A], [B, C]]
+    assert hyps[1].logprob == pytest.approx(math.log(0.33))  # no eos score: it was cut, not ended
+
+
+def test_beam_one_equals_greedy_on_a_model(tokenizer, toy):
+    torch.manual_seed(0)
+    model = Seq2Seq(ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0), tokenizer.vocab_size).eval()
+    src, mask = source_batch(tokenizer.encode(toy["test"][0][:8]))
+    greedy = greedy_decode(model, src, mask, 1.0, 5)
+    beam = beam_search(model, src, mask, beam=1, max_len_a=1.0, max_len_b=5, alpha=0.0)
+    assert [h[0].tokens for h in beam] == [g.tokens for g in greedy]
+    assert [h[0].score for h in beam] == pytest.approx([g.score for g in greedy], abs=1e-5)
+
+
+def test_n_best_sorted_and_first_is_one_best(tokenizer, toy):
+    torch.manual_seed(0)
+    model = Seq2Seq(ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0), tokenizer.vocab_size).eval()
+    src, mask = source_batch(tokenizer.encode(toy["test"][0][:5]))
+    n_best = beam_search(model, src, mask, beam=4, n_best=4)
+    one_best = beam_search(model, src, mask, beam=4, n_best=1)
+    for hyps, best in zip(n_best, one_best):
+        assert len(hyps) == 4
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        assert hyps[0] == best[0]
+
+
+def test_beam_one_by_one_equals_batched(tokenizer, toy):
+    torch.manual_seed(0)
+    model = Seq2Seq(ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0), tokenizer.vocab_size).eval()
+    ids = tokenizer.encode(toy["test"][0][:5])
+    batched = beam_search(model, *source_batch(ids), beam=3, n_best=3)
+    for i, s in enumerate(ids):
+        alone = beam_search(model, *source_batch([s]), beam=3, n_best=3)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
