@@ -19,7 +19,7 @@ from mt.model import Seq2Seq, resolve_device
 from mt.tokenizer import Tokenizer
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def search_lines(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: DecodeConfig,
                  device: torch.device | str = "cpu", use_cache: bool = True) -> list[list[Hypothesis]]:
     """Decode raw lines with greedy (cfg.beam == 1) or beam search: cfg.n_best hypotheses per line.

@@ -34,11 +34,16 @@ class KVCache:
     def length(self) -> int:
         return 0 if self.self_kv[0] is None else self.self_kv[0][0].size(2)
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep rows `index` (B',) of every cached tensor, e.g. the surviving beams."""
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
+        """Keep rows `index` (B',) of every cached tensor, e.g. the surviving beams.
+
+        cross=False leaves the cross-attention keys/values as they are: right when `index` only
+        permutes rows that hold the same source (the beams of one sentence), and it saves the copy.
+        """
         pick = lambda kv: None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))  # noqa: E731
         self.self_kv = [pick(kv) for kv in self.self_kv]
-        self.cross_kv = [pick(kv) for kv in self.cross_kv]
+        if cross:
+            self.cross_kv = [pick(kv) for kv in self.cross_kv]
 
 
 class Dropout(nn.Module):

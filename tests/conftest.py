@@ -26,3 +26,11 @@ def small_model():
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0, max_positions=64)
     return Seq2Seq(cfg, vocab_size=50).eval()
+
+
+@pytest.fixture
+def text_model(tokenizer):
+    """A random model over the toy tokenizer's vocabulary."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0, max_positions=128)
+    return Seq2Seq(cfg, tokenizer.vocab_size).eval()

@@ -7,8 +7,6 @@ import torch
 
 from mt.data import source_batch
 from mt.decode import beam_search, greedy_decode, length_penalty
-from mt.model import Seq2Seq
-from mt.config import ModelConfig
 from mt.tokenizer import BOS, EOS
 
 A, B, C = 4, 5, 6
@@ -75,9 +73,8 @@ def test_length_limit_finishes_without_eos():
     assert hyps[1].logprob == pytest.approx(math.log(0.33))  # no eos score: it was cut, not ended
 
 
-def test_beam_one_equals_greedy_on_a_model(tokenizer, toy):
-    torch.manual_seed(0)
-    model = Seq2Seq(ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0), tokenizer.vocab_size).eval()
+def test_beam_one_equals_greedy_on_a_model(text_model, tokenizer, toy):
+    model = text_model
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:8]))
     greedy = greedy_decode(model, src, mask, 1.0, 5)
     beam = beam_search(model, src, mask, beam=1, max_len_a=1.0, max_len_b=5, alpha=0.0)
@@ -85,9 +82,8 @@ def test_beam_one_equals_greedy_on_a_model(tokenizer, toy):
     assert [h[0].score for h in beam] == pytest.approx([g.score for g in greedy], abs=1e-5)
 
 
-def test_n_best_sorted_and_first_is_one_best(tokenizer, toy):
-    torch.manual_seed(0)
-    model = Seq2Seq(ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0), tokenizer.vocab_size).eval()
+def test_n_best_sorted_and_first_is_one_best(text_model, tokenizer, toy):
+    model = text_model
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:5]))
     n_best = beam_search(model, src, mask, beam=4, n_best=4)
     one_best = beam_search(model, src, mask, beam=4, n_best=1)
@@ -97,12 +93,18 @@ def test_n_best_sorted_and_first_is_one_best(tokenizer, toy):
         assert hyps[0] == best[0]
 
 
-def test_beam_one_by_one_equals_batched(tokenizer, toy):
-    torch.manual_seed(0)
-    model = Seq2Seq(ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0), tokenizer.vocab_size).eval()
+def test_beam_one_by_one_equals_batched(text_model, tokenizer, toy):
+    model = text_model
     ids = tokenizer.encode(toy["test"][0][:5])
     batched = beam_search(model, *source_batch(ids), beam=3, n_best=3)
     for i, s in enumerate(ids):
         alone = beam_search(model, *source_batch([s]), beam=3, n_best=3)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
         assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
+
+
+def test_cached_and_uncached_beam_are_identical(text_model, tokenizer, toy):
+    src, mask = source_batch(tokenizer.encode(toy["test"][0][:6]))
+    cached = beam_search(text_model, src, mask, beam=3, n_best=3)
+    uncached = beam_search(text_model, src, mask, beam=3, n_best=3, use_cache=False)
+    assert [[h.tokens for h in hyps] for hyps in cached] == [[h.tokens for h in hyps] for hyps in uncached]

@@ -44,6 +44,19 @@ def test_train_translate_evaluate_toy(tmp_path):
     out = mt("translate", "--run", str(run), "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "o.txt"))
     assert out.returncode == 0 and len((tmp_path / "o.txt").read_text().splitlines()) == 4
 
+    out = mt("translate", "--run", str(run), "--beam", "3", "--n-best", "2", stdin=lines)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split(" ||| ") for line in out.stdout.splitlines()]
+    assert [int(r[0]) for r in rows] == [0, 0, 1, 2, 2, 3]  # empty lines get one empty hypothesis
+    assert all(len(r) == 3 for r in rows) and rows[2][1] == ""
+    bad = mt("translate", "--run", str(run), "--beam", "2", "--n-best", "3", stdin=lines)
+    assert bad.returncode == 2
+    assert bad.stderr == "mt: error: decode.n_best (3) must be <= decode.beam (2)\n"
+
+    ev = mt("evaluate", "--run", str(run), "--split", "test", "--beam", "2")
+    assert ev.returncode == 0, ev.stderr
+    assert json.loads((run / "eval-test-beam2.json").read_text())["beam"] == 2
+
     ev = mt("evaluate", "--run", str(run), "--split", "test")
     assert ev.returncode == 0, ev.stderr
     scores = json.loads((run / "eval-test.json").read_text())

@@ -2,18 +2,10 @@
 import pytest
 import torch
 
-from mt.config import DecodeConfig, ModelConfig
+from mt.config import DecodeConfig
 from mt.data import source_batch
 from mt.decode import greedy_decode
 from mt.evaluate import score, translate_lines
-from mt.model import Seq2Seq
-
-
-@pytest.fixture
-def text_model(tokenizer):
-    torch.manual_seed(0)
-    cfg = ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0, max_positions=128)
-    return Seq2Seq(cfg, tokenizer.vocab_size).eval()
 
 
 def test_cached_and_uncached_greedy_are_identical(text_model, tokenizer, toy):
