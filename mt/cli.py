@@ -52,6 +52,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from mt.model import resolve_device
 
     _setup_logging()
+    if args.input and not Path(args.input).is_file():
+        raise ConfigError(f"{args.input}: input file not found")
     cfg, tokenizer, model = load_run(args.run, overrides=_decode_overrides(args))
     device = resolve_device(args.device)
     source = open(args.input, encoding="utf-8") if args.input else sys.stdin

@@ -91,3 +91,9 @@ def test_translate_without_checkpoint(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith(f"mt: error: {tmp_path / 'best.pt'}: no checkpoint; train first")
     assert result.stderr.count("\n") == 1
+
+
+def test_translate_missing_input_file(tmp_path):
+    result = mt("translate", "--run", str(tmp_path), "--input", str(tmp_path / "nope.de"))
+    assert result.returncode == 2
+    assert result.stderr == f"mt: error: {tmp_path / 'nope.de'}: input file not found\n"
