@@ -29,14 +29,23 @@ def _setup_logging(log_file: Path | None = None) -> None:
     log.propagate = False
 
 
-def cmd_train(args: argparse.Namespace) -> None:
+EXIT_ON_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}  # the shell's 128 + signal number
+
+
+def cmd_train(args: argparse.Namespace) -> int:
     from mt.train import train
 
     cfg = load_config(args.config, args.set)
     run_dir = Path(args.run_dir or Path("runs") / cfg.name)
     _setup_logging(run_dir / "train.log")
     log.info("run directory %s", run_dir)
-    train(cfg, run_dir)
+    result = train(cfg, run_dir, force_new=args.force_new)
+    if result["interrupted"]:
+        again = " ".join(["mt", "train", args.config, "--run-dir", str(run_dir), *(f"--set {s}" for s in args.set)])
+        print(f"mt: training stopped by {result['interrupted']} at step {result['step']}; resume with: {again}",
+              file=sys.stderr)
+        return EXIT_ON_SIGNAL[result["interrupted"]]
+    return 0
 
 
 def _decode_overrides(args: argparse.Namespace) -> list[str]:
@@ -44,6 +53,28 @@ def _decode_overrides(args: argparse.Namespace) -> list[str]:
     flags = {"beam": args.beam, "n_best": args.n_best, "length_penalty": args.length_penalty,
              "batch_tokens": args.batch_tokens}
     return [f"decode.{key}={value}" for key, value in flags.items() if value is not None]
+
+
+def _read_input(path: str | None) -> list[str]:
+    """Input lines, split on newlines only; invalid UTF-8 is replaced (U+FFFD) with a warning."""
+    from mt.data import split_lines
+
+    name = path or "<stdin>"
+    if path is None:
+        raw = sys.stdin.buffer.read()
+    else:
+        try:
+            raw = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: input file not found") from None
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read input ({e.strerror or e})") from None
+    lines = split_lines(raw.decode("utf-8", errors="replace"))
+    bad = [i + 1 for i, line in enumerate(lines) if "\ufffd" in line]
+    if bad:
+        where = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        log.warning("%s: invalid UTF-8 on line %s, replaced with U+FFFD", name, where)
+    return lines
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
@@ -56,10 +87,9 @@ def cmd_translate(args: argparse.Namespace) -> None:
         raise ConfigError(f"{args.input}: input file not found")
     cfg, tokenizer, model = load_run(args.run, overrides=_decode_overrides(args))
     device = resolve_device(args.device)
-    source = open(args.input, encoding="utf-8") if args.input else sys.stdin
-    with source:
-        lines = source.read().splitlines()
-    found = translate_nbest(model.to(device), tokenizer, lines, cfg.decode, device)
+    lines = _read_input(args.input)
+    found = translate_nbest(model.to(device), tokenizer, lines, cfg.decode, device,
+                            max_source_pieces=cfg.data.max_len)
     if cfg.decode.n_best == 1:
         out = [hyps[0][0] for hyps in found]
     else:  # Moses n-best format: input line index ||| translation ||| score
@@ -91,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config")
     p.add_argument("--run-dir", help="output directory (default runs/<config name>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a config key")
+    p.add_argument("--force-new", action="store_true",
+                   help="start over in a run directory that holds a checkpoint (its files move to replaced-*/)")
     p.set_defaults(func=cmd_train)
 
     decoding = argparse.ArgumentParser(add_help=False)
@@ -116,15 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from mt.train import TrainingError
+
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
-    except (ConfigError, DataError) as e:
+        return args.func(args) or 0
+    except (ConfigError, DataError, TrainingError) as e:
         if args.debug:
             raise
         print(f"mt: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return 1 if isinstance(e, TrainingError) else 2
 
 
 if __name__ == "__main__":

@@ -30,10 +30,12 @@ def _range(default: float, lo: float | None = None, hi: float | None = None, *,
 
 @dataclass(frozen=True)
 class DataConfig:
-    corpus: str = _choice("multi30k", "multi30k", "toy")
-    dir: str = ""            # folder holding multi30k/; "" = $MT_DATA_DIR, else download into data/
-    src_lang: str = _choice("de", "de", "en")
-    tgt_lang: str = _choice("en", "de", "en")
+    corpus: str = _choice("multi30k", "multi30k", "toy", "files")
+    # multi30k: folder holding multi30k/ ("" = $MT_DATA_DIR, else download into data/);
+    # files: folder holding {train,val,test}.{src_lang,tgt_lang}, plain or .gz
+    dir: str = ""
+    src_lang: str = "de"     # multi30k and toy: de or en; files: the files' suffix
+    tgt_lang: str = "en"
     max_len: int = _range(100, 1)  # training pairs with more pieces on either side are dropped
 
 
@@ -71,7 +73,9 @@ class TrainConfig:
     accumulate: int = _range(1, 1)       # batches per optimizer step
     patience: int = _range(0, 0)         # validations without BLEU gain before stopping; 0 = off
     valid_every: int = _range(500, 1)
+    save_every: int = _range(0, 0)       # also write last.pt every N steps; 0 = at validations only
     log_every: int = _range(50, 1)
+    max_nonfinite: int = _range(5, 1)    # updates in a row with a non-finite loss before training stops
     seed: int = 1
     threads: int = _range(0, 0)          # torch CPU threads; 0 = torch's default
 
@@ -151,6 +155,15 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"model.d_model ({m.d_model}) must be divisible by model.n_heads ({m.n_heads})")
     if m.d_model % 2:
         raise ConfigError(f"model.d_model ({m.d_model}) must be even for sinusoidal positions")
+    if cfg.data.corpus == "files" and not cfg.data.dir:
+        raise ConfigError("data.dir: data.corpus 'files' needs data.dir, a folder holding "
+                          "{train,val,test}.{src_lang,tgt_lang}")
+    for key in ("src_lang", "tgt_lang"):
+        lang = getattr(cfg.data, key)
+        if cfg.data.corpus != "files" and lang not in ("de", "en"):
+            raise ConfigError(f"data.{key}: {lang!r} is not one of de, en (the {cfg.data.corpus} languages)")
+        if not lang.isidentifier():
+            raise ConfigError(f"data.{key}: {lang!r} is not a file suffix like 'de'")
     if cfg.data.src_lang == cfg.data.tgt_lang:
         raise ConfigError(f"data.src_lang and data.tgt_lang are both {cfg.data.src_lang!r}")
     if cfg.train.precision == "fp16" and cfg.train.device == "cpu":
@@ -216,6 +229,24 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
 
 def config_to_dict(cfg: RunConfig) -> dict:
     return dataclasses.asdict(cfg)
+
+
+def flatten(raw: dict, prefix: str = "") -> dict[str, Any]:
+    """{"train": {"lr": 1}} -> {"train.lr": 1}."""
+    flat = {}
+    for key, value in raw.items():
+        path = f"{prefix}{key}"
+        flat.update(flatten(value, path + ".") if isinstance(value, dict) else {path: value})
+    return flat
+
+
+def config_differences(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> dict[str, tuple[Any, Any]]:
+    """{"key.path": (old value, new value)} for keys whose values differ; a key or section in
+    `ignore` ("train.max_steps", "decode") is skipped. Keys missing on one side count as None."""
+    a, b = flatten(old), flatten(new)
+    skip = lambda key: any(key == i or key.startswith(i + ".") for i in ignore)  # noqa: E731
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b), key=list({**a, **b}).index)
+            if not skip(k) and a.get(k) != b.get(k)}
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import random
+import re
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +36,22 @@ class DataError(ValueError):
     """A problem with corpus files that the user can fix."""
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def normalize(line: str) -> str:
-    """Collapse every whitespace run (tabs, U+00A0, trailing spaces) into one space."""
-    return " ".join(line.split())
+    """Control characters become spaces; every whitespace run (tabs, U+00A0, ...) becomes one space."""
+    return " ".join(_CONTROL.sub(" ", line).split())
+
+
+def split_lines(text: str) -> list[str]:
+    """Split on "\n" only, as `wc -l` and paste do; str.splitlines would also split on U+2028, U+0085,
+    form feeds... and break line alignment. A final newline does not start another line; a CR before
+    the newline (CRLF files) is dropped."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -50,19 +64,23 @@ def read_lines(path: str | Path) -> list[str]:
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except (OSError, EOFError) as e:
-        raise DataError(f"{path}: cannot read ({e})") from None
+        raise DataError(f"{path}: cannot read ({e.strerror or e}); check the path and its permissions") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line_no = raw[: e.start].count(b"\n") + 1
-        raise DataError(f"{path}: line {line_no} is not valid UTF-8") from None
-    return [normalize(line) for line in text.splitlines()]
+        raise DataError(f"{path}: line {line_no} is not valid UTF-8; re-encode the file as UTF-8") from None
+    return [normalize(line) for line in split_lines(text)]
 
 
 def read_parallel(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
     src, tgt = read_lines(src_path), read_lines(tgt_path)
+    for path, lines in [(src_path, src), (tgt_path, tgt)]:
+        if not any(lines):
+            raise DataError(f"{path}: file is empty")
     if len(src) != len(tgt):
-        raise DataError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
+        raise DataError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
+                        f"the two sides must be line-aligned")
     return src, tgt
 
 
@@ -107,12 +125,22 @@ def multi30k_dir(data_dir: str = "", manifest_path: Path = MANIFEST) -> Path:
     return folder
 
 
+def corpus_file(folder: Path, split: str, lang: str) -> Path:
+    """`folder/split.lang`, or its .gz if only that exists (data.corpus: files)."""
+    plain = folder / f"{split}.{lang}"
+    gz = plain.with_name(plain.name + ".gz")
+    return gz if gz.exists() and not plain.exists() else plain
+
+
 def load_split(cfg: DataConfig, split: str) -> tuple[list[str], list[str]]:
     """(source lines, target lines) of `split` in train|val|test, normalised and line-aligned."""
     if cfg.corpus == "toy":
         de, en = toy_corpus()[split]
         by_lang = {"de": de, "en": en}
         return by_lang[cfg.src_lang], by_lang[cfg.tgt_lang]
+    if cfg.corpus == "files":
+        folder = Path(cfg.dir)
+        return read_parallel(corpus_file(folder, split, cfg.src_lang), corpus_file(folder, split, cfg.tgt_lang))
     folder = multi30k_dir(cfg.dir)
     stem = SPLIT_FILES[split]
     return read_parallel(folder / f"{stem}.{cfg.src_lang}.gz", folder / f"{stem}.{cfg.tgt_lang}.gz")
@@ -123,6 +151,9 @@ def drop_long_pairs(src_ids: list[list[int]], tgt_ids: list[list[int]], max_len:
     """Keep pairs with 1..max_len pieces on both sides; log how many were dropped."""
     keep = [i for i, (s, t) in enumerate(zip(src_ids, tgt_ids)) if 0 < len(s) <= max_len and 0 < len(t) <= max_len]
     dropped = len(src_ids) - len(keep)
+    if not keep:
+        raise DataError(f"no training pairs left: all {dropped} are empty or longer than data.max_len={max_len} "
+                        f"pieces; raise data.max_len")
     log.info("kept %d training pairs, dropped %d (empty or longer than %d pieces)", len(keep), dropped, max_len)
     return [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
 

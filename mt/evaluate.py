@@ -6,7 +6,9 @@ output has exactly one line per input line (empty input -> empty output).
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
+from typing import Callable
 
 import torch
 from sacrebleu.metrics import BLEU, CHRF
@@ -18,46 +20,78 @@ from mt.decode import Hypothesis, beam_search, greedy_decode
 from mt.model import Seq2Seq, resolve_device
 from mt.tokenizer import Tokenizer
 
+log = logging.getLogger(__name__)
+
+
+def split_pieces(ids: list[int], limit: int, starts_word: Callable[[int], bool]) -> list[list[int]]:
+    """Cut a too-long piece sequence into parts of at most `limit` pieces, each cut before a word
+    start where one lies in the second half of the part (else mid-word)."""
+    parts = []
+    while len(ids) > limit:
+        cut = next((j for j in range(limit, limit // 2, -1) if starts_word(ids[j])), limit)
+        parts.append(ids[:cut])
+        ids = ids[cut:]
+    return parts + [ids]
+
+
+def _join(hyps: list[Hypothesis]) -> Hypothesis:
+    return Hypothesis([t for h in hyps for t in h.tokens], sum(h.score for h in hyps), sum(h.logprob for h in hyps))
+
 
 @torch.inference_mode()
 def search_lines(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: DecodeConfig,
-                 device: torch.device | str = "cpu", use_cache: bool = True) -> list[list[Hypothesis]]:
+                 device: torch.device | str = "cpu", use_cache: bool = True,
+                 max_source_pieces: int | None = None) -> list[list[Hypothesis]]:
     """Decode raw lines with greedy (cfg.beam == 1) or beam search: cfg.n_best hypotheses per line.
 
     Lines are sorted by length into batches of about cfg.batch_tokens source tokens (divided by the
-    beam), and the results put back in input order; an empty line gets one empty hypothesis.
+    beam), and the results put back in input order; an empty line gets one empty hypothesis. A line
+    longer than `max_source_pieces` (and the model's positions) is translated in parts, with a
+    warning; its parts' 1-best translations are joined into its one hypothesis.
     """
     was_training = model.training
     model.eval()
-    max_src = model.cfg.max_positions - 1  # room for eos
-    ids = [s[:max_src] for s in tokenizer.encode([normalize(line) for line in lines])]
-    todo = [i for i, s in enumerate(ids) if s]
-    lengths = [len(ids[i]) + 1 for i in todo]
-    results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in lines]
+    limit = min(max_source_pieces or model.cfg.max_positions, model.cfg.max_positions - 1)  # room for eos
+    owner: list[int] = []        # input line of each part
+    parts: list[list[int]] = []
+    for i, ids in enumerate(tokenizer.encode([normalize(line) for line in lines])):
+        pieces = split_pieces(ids, limit, tokenizer.starts_word) if ids else []
+        if len(pieces) > 1:
+            log.warning("line %d: %d pieces, more than the %d this model takes; translated in %d parts",
+                        i + 1, len(ids), limit, len(pieces))
+        owner += [i] * len(pieces)
+        parts += pieces
+    lengths = [len(p) + 1 for p in parts]
+    found: list[list[Hypothesis]] = [[] for _ in parts]
     for group in token_batches(lengths, lengths, max(cfg.batch_tokens // cfg.beam, 1)):
-        rows = [todo[g] for g in group]
-        src, src_mask = (t.to(device) for t in source_batch([ids[r] for r in rows]))
+        src, src_mask = (t.to(device) for t in source_batch([parts[g] for g in group]))
         if cfg.beam == 1:
-            found = [[h] for h in greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b, use_cache)]
+            hyps = [[h] for h in greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b, use_cache)]
         else:
-            found = beam_search(model, src, src_mask, cfg.beam, cfg.max_len_a, cfg.max_len_b,
-                                cfg.length_penalty, cfg.n_best, use_cache)
-        for r, hyps in zip(rows, found):
-            results[r] = hyps
+            hyps = beam_search(model, src, src_mask, cfg.beam, cfg.max_len_a, cfg.max_len_b,
+                               cfg.length_penalty, cfg.n_best, use_cache)
+        for g, h in zip(group, hyps):
+            found[g] = h
     model.train(was_training)
-    return results
+    by_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
+    for i, hyps in zip(owner, found):
+        by_line[i].append(hyps)
+    return [line[0] if len(line) == 1 else [_join([h[0] for h in line]) if line else Hypothesis([], 0.0, 0.0)]
+            for line in by_line]
 
 
 def translate_lines(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: DecodeConfig,
-                    device: torch.device | str = "cpu") -> list[str]:
+                    device: torch.device | str = "cpu", max_source_pieces: int | None = None) -> list[str]:
     """Translate raw lines; returns exactly len(lines) lines (the 1-best) in input order."""
-    return tokenizer.decode([hyps[0].tokens for hyps in search_lines(model, tokenizer, lines, cfg, device)])
+    found = search_lines(model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces)
+    return tokenizer.decode([hyps[0].tokens for hyps in found])
 
 
 def translate_nbest(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: DecodeConfig,
-                    device: torch.device | str = "cpu") -> list[list[tuple[str, float]]]:
+                    device: torch.device | str = "cpu", max_source_pieces: int | None = None
+                    ) -> list[list[tuple[str, float]]]:
     """Up to cfg.n_best (text, score) pairs per input line, best first."""
-    found = search_lines(model, tokenizer, lines, cfg, device)
+    found = search_lines(model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces)
     return [list(zip(tokenizer.decode([h.tokens for h in hyps]), (h.score for h in hyps))) for hyps in found]
 
 
@@ -83,7 +117,7 @@ def evaluate_run(run_dir: str | Path, split: str = "test", device: str = "auto",
     cfg, tokenizer, model = load_run(run_dir, overrides=overrides)
     dev = resolve_device(device)
     src, ref = load_split(cfg.data, split)
-    hyps = translate_lines(model.to(dev), tokenizer, src, cfg.decode, dev)
+    hyps = translate_lines(model.to(dev), tokenizer, src, cfg.decode, dev, max_source_pieces=cfg.data.max_len)
     result = {"split": split, "beam": cfg.decode.beam, "length_penalty": cfg.decode.length_penalty,
               **score(hyps, ref)}
     name = split if cfg.decode.beam == 1 else f"{split}-beam{cfg.decode.beam}"

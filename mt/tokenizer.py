@@ -23,6 +23,7 @@ class Tokenizer:
     def __init__(self, model_proto: bytes):
         self.proto = model_proto
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self._word_starts = {i for i in range(self.sp.get_piece_size()) if self.sp.id_to_piece(i).startswith("\u2581")}
         assert (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) == (PAD, UNK, BOS, EOS)
 
     @property
@@ -35,6 +36,10 @@ class Tokenizer:
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         return self.sp.decode(ids)
+
+    def starts_word(self, piece_id: int) -> bool:
+        """True for pieces that begin a word (sentencepiece's U+2581 prefix)."""
+        return piece_id in self._word_starts
 
     def pieces(self, line: str) -> list[str]:
         return self.sp.encode(line, out_type=str)

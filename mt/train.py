@@ -2,14 +2,22 @@
 
 `train(cfg, run_dir)` does everything a run needs and writes it into `run_dir`: config.yaml, spm.model,
 train.log (set up by the CLI), metrics.jsonl, last.pt and best.pt (by validation BLEU).
+
+Resume is exact: last.pt holds the model, optimizer, grad scaler, every counter, the position in the
+epoch's seeded batch order and all RNG states, so stopping and re-running the same command gives the
+same parameters and the same metrics as an uninterrupted run. Ctrl-C and SIGTERM checkpoint first.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
+import os
 import random
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +27,8 @@ from torch import Tensor
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from mt.checkpoint import atomic_save
-from mt.config import ConfigError, RunConfig, config_to_dict, save_config
+from mt.checkpoint import atomic_save, load_checkpoint
+from mt.config import ConfigError, RunConfig, config_differences, config_to_dict, save_config
 from mt.data import Batch, drop_long_pairs, epoch_batches, fill_ratio, load_split, make_batch, token_batches
 from mt.evaluate import score, translate_lines
 from mt.model import Seq2Seq, count_parameters, resolve_device
@@ -89,22 +97,6 @@ def batch_loss(model: Seq2Seq, batch: Batch, epsilon: float) -> tuple[Tensor, Te
     return label_smoothed_loss(logits.flatten(0, 1), batch.tgt_out.flatten(), epsilon)
 
 
-def prepare_tokenizer(cfg: RunConfig, run_dir: Path, src: list[str], tgt: list[str]) -> Tokenizer:
-    """Train the joint BPE model once per run directory; reuse it afterwards."""
-    path = run_dir / "spm.model"
-    if path.exists():
-        tokenizer = load_tokenizer(path)
-        if tokenizer.vocab_size != cfg.tokenizer.vocab_size:
-            raise ConfigError(f"{path} has {tokenizer.vocab_size} pieces but tokenizer.vocab_size is "
-                              f"{cfg.tokenizer.vocab_size}; use a new --run-dir")
-        log.info("reusing %s", path)
-        return tokenizer
-    tokenizer = train_tokenizer(src + tgt, cfg.tokenizer.vocab_size, cfg.tokenizer.character_coverage)
-    tokenizer.save(path)
-    log.info("trained joint BPE on %d lines: %d pieces -> %s", len(src) + len(tgt), tokenizer.vocab_size, path)
-    return tokenizer
-
-
 @dataclass
 class Validation:
     """Held-out data and the decoding it needs."""
@@ -145,18 +137,31 @@ def validate(model: Seq2Seq, val: Validation, tokenizer: Tokenizer, cfg: RunConf
 
 EMPTY_WINDOW = {"loss": 0.0, "nll": 0.0, "tgt": 0, "tokens": 0, "seconds": 0.0}
 
+# Keys a resumed run may change: they decide when to stop, log, save or validate, not what is learned.
+RESUMABLE_KEYS = ("name", "train.max_steps", "train.max_minutes", "train.patience", "train.valid_every",
+                  "train.save_every", "train.log_every", "train.max_nonfinite", "train.threads",
+                  "train.device", "decode")
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. the loss keeps diverging); the last good checkpoint is kept."""
+
 
 @dataclass
 class Progress:
-    """Counters of the running training loop."""
-    step: int = 0
-    epoch: int = 0
+    """Counters of the running training loop: all of it goes into every checkpoint."""
+    step: int = 0                # optimizer updates done
+    epoch: int = 0               # current epoch, from 1
+    batch_index: int = 0         # batches of the current epoch consumed so far
     best_bleu: float = -1.0
     best_step: int = 0
-    bad_validations: int = 0
+    bad_validations: int = 0     # validations in a row without a BLEU gain (train.patience)
+    validated_step: int = -1     # step of the latest validation
+    nonfinite_total: int = 0     # updates skipped for a non-finite loss or gradient
+    nonfinite_streak: int = 0
     window: dict = field(default_factory=lambda: dict(EMPTY_WINDOW))  # sums since the last log line
     train_seconds: float = 0.0   # inside optimizer updates only (for tokens/s)
-    elapsed_s: float = 0.0       # wall clock since the loop started, validation included
+    elapsed_s: float = 0.0       # wall clock of the loop, validation included, summed over restarts
 
 
 def _setup(cfg: RunConfig) -> torch.device:
@@ -172,22 +177,99 @@ def _setup(cfg: RunConfig) -> torch.device:
     return device
 
 
-def _save(path: Path, model: Seq2Seq, optimizer: torch.optim.Optimizer, cfg: RunConfig, p: Progress) -> None:
-    atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "config": config_to_dict(cfg),
-                 "vocab_size": model.vocab_size, "step": p.step, "epoch": p.epoch,
-                 "best_bleu": p.best_bleu, "best_step": p.best_step}, path)
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _resume_point(cfg: RunConfig, run_dir: Path, force_new: bool) -> dict | None:
+    """The checkpoint to resume from (None = start fresh), refusing one from a different config."""
+    path = run_dir / "last.pt"
+    if not path.exists():
+        return None
+    if force_new:
+        _archive(run_dir)
+        return None
+    ckpt = load_checkpoint(path)
+    if "progress" not in ckpt:
+        raise ConfigError(f"{path}: written by an older mt without resume state; use another --run-dir "
+                          f"or --force-new")
+    diff = config_differences(ckpt["config"], config_to_dict(cfg), ignore=RESUMABLE_KEYS)
+    if diff:
+        changes = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in ((k, *v) for k, v in diff.items()))
+        raise ConfigError(f"{run_dir} holds a run with a different config ({changes}); resume with the same "
+                          f"config, use another --run-dir, or --force-new to start over")
+    return ckpt
+
+
+def _archive(run_dir: Path) -> None:
+    """--force-new: move the previous run's files into DIR/replaced-<time>/ rather than delete them."""
+    dest = run_dir / time.strftime("replaced-%Y%m%d-%H%M%S")
+    dest.mkdir()
+    for pattern in ("last.pt", "best.pt", "spm.model", "config.yaml", "metrics.jsonl", "card.json",
+                    "eval-*.json", "hyp-*.txt"):
+        for path in run_dir.glob(pattern):
+            path.rename(dest / path.name)
+    log.info("--force-new: moved the previous run's files to %s", dest)
+
+
+def _keep_metrics_until(path: Path, step: int) -> None:
+    """Drop metrics written after the checkpoint we resume from (and a half-written last line)."""
+    kept = []
+    for line in path.read_text(encoding="utf-8").split("\n") if path.exists() else []:
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line + "\n")
+        except (ValueError, KeyError, TypeError):
+            continue
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def stop_requests():
+    """While active, Ctrl-C and SIGTERM only record their name in the yielded list, so the loop can
+    finish its update, checkpoint and return. A second Ctrl-C interrupts at once (the default)."""
+    received: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum, frame):
+        received.append(signal.Signals(signum).name)
+        signal.signal(signum, previous[signum])
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 class Trainer:
-    """Holds what the loop needs; `run()` is the loop."""
+    """Holds what the loop needs; `run()` is the loop. Starts fresh, or resumes `run_dir/last.pt`."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path):
+    def __init__(self, cfg: RunConfig, run_dir: Path, force_new: bool = False):
         self.cfg, self.run_dir = cfg, run_dir
         self.device = _setup(cfg)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / "config.yaml")
+        # everything that can fail on user input happens before anything in run_dir is written
+        ckpt = _resume_point(cfg, run_dir, force_new)
         src, tgt = load_split(cfg.data, "train")
-        self.tokenizer = prepare_tokenizer(cfg, run_dir, src, tgt)
+        if ckpt is None:
+            self.tokenizer = train_tokenizer(src + tgt, cfg.tokenizer.vocab_size, cfg.tokenizer.character_coverage)
+        else:
+            self.tokenizer = self._resumed_tokenizer(ckpt)
         self.src_ids, self.tgt_ids = drop_long_pairs(self.tokenizer.encode(src), self.tokenizer.encode(tgt),
                                                      cfg.data.max_len)
         self.val = make_validation(cfg, self.tokenizer)
@@ -195,38 +277,112 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.98),
                                           eps=1e-9, fused=True)
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.train.precision == "fp16")
-        self.metrics = open(run_dir / "metrics.jsonl", "w", encoding="utf-8")
         self.p = Progress()
+        self.batches: list[Batch] | None = None
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
+        if ckpt is None:
+            self.tokenizer.save(run_dir / "spm.model")
+            log.info("trained joint BPE on %d lines: %d pieces -> %s", len(src) + len(tgt),
+                     self.tokenizer.vocab_size, run_dir / "spm.model")
+        else:
+            self._restore(ckpt)
+        self.metrics = open(run_dir / "metrics.jsonl", "a" if ckpt else "w", encoding="utf-8")
         log.info("model: %d parameters; device %s; precision %s; threads %d", count_parameters(self.model),
                  self.device, cfg.train.precision, torch.get_num_threads())
+
+    def _resumed_tokenizer(self, ckpt: dict) -> Tokenizer:
+        path = self.run_dir / "spm.model"
+        if not path.is_file():
+            raise ConfigError(f"{path}: missing, so {self.run_dir}/last.pt cannot be resumed; restore it or "
+                              f"use --force-new")
+        tokenizer = load_tokenizer(path)
+        if tokenizer.vocab_size != ckpt["vocab_size"]:
+            raise ConfigError(f"{path} has {tokenizer.vocab_size} pieces but last.pt expects "
+                              f"{ckpt['vocab_size']}; the run directory is inconsistent")
+        return tokenizer
+
+    def _restore(self, ckpt: dict) -> None:
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scaler.load_state_dict(ckpt["scaler"])
+        self.p = Progress(**ckpt["progress"])
+        set_rng_state(ckpt["rng"])
+        _keep_metrics_until(self.run_dir / "metrics.jsonl", self.p.step)
+        log.info("resuming %s/last.pt: step %d, epoch %d (batch %d), best val BLEU %.2f at step %d",
+                 self.run_dir, self.p.step, self.p.epoch, self.p.batch_index, self.p.best_bleu, self.p.best_step)
+
+    def _save(self, name: str) -> None:
+        atomic_save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                     "scaler": self.scaler.state_dict(), "config": config_to_dict(self.cfg),
+                     "vocab_size": self.model.vocab_size, "progress": dataclasses.asdict(self.p),
+                     "rng": rng_state()}, self.run_dir / name)
 
     def _write_metrics(self, record: dict) -> None:
         self.metrics.write(json.dumps(record) + "\n")
         self.metrics.flush()
 
-    def _update(self, micro_batches: list[Batch]) -> None:
-        """One optimizer step over `micro_batches`, loss normalised by their total target tokens."""
+    def _next_batches(self) -> list[Batch]:
+        """The next `accumulate` batches of the seeded epoch order, moving to a new epoch at its end."""
+        t, p = self.cfg.train, self.p
+        if p.epoch == 0:
+            p.epoch = 1
+        if self.batches is None:
+            self.batches = epoch_batches(self.src_ids, self.tgt_ids, t.max_tokens, t.seed, p.epoch)
+        if p.batch_index >= len(self.batches):
+            p.epoch, p.batch_index = p.epoch + 1, 0
+            self.batches = epoch_batches(self.src_ids, self.tgt_ids, t.max_tokens, t.seed, p.epoch)
+        if p.epoch == 1 and p.batch_index == 0:
+            log.info("epoch 1: %d batches, non-pad fraction %.3f", len(self.batches), fill_ratio(self.batches))
+        group = self.batches[p.batch_index: p.batch_index + t.accumulate]
+        p.batch_index += len(group)
+        return group
+
+    def _update(self, micro_batches: list[Batch]) -> bool:
+        """One optimizer step over `micro_batches`, loss normalised by their total target tokens.
+
+        Returns False (no step) when the loss or the gradient is not finite."""
         t = self.cfg.train
-        lr = inverse_sqrt_lr(self.p.step + 1, t.lr, t.warmup_steps)
+        lr = inverse_sqrt_lr(self.p.step + 1, t.lr, t.warmup_steps)  # the schedule is a function of step
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         ntokens = sum(b.ntokens for b in micro_batches)
+        sums = dict(EMPTY_WINDOW)
         for batch in micro_batches:
             batch = batch.to(self.device)
             with _autocast(self.device, t.precision):
                 loss, nll = batch_loss(self.model, batch, t.label_smoothing)
             self.scaler.scale(loss / ntokens).backward()
-            w = self.p.window
-            w["loss"], w["nll"] = w["loss"] + loss.item(), w["nll"] + nll.item()
-            w["tgt"] += batch.ntokens
-            w["tokens"] += batch.ntokens + int(batch.src_mask.sum())
+            sums["loss"], sums["nll"] = sums["loss"] + loss.item(), sums["nll"] + nll.item()
+            sums["tgt"] += batch.ntokens
+            sums["tokens"] += batch.ntokens + int(batch.src_mask.sum())
         self.scaler.unscale_(self.optimizer)
-        if t.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
-        self.scaler.step(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm or math.inf)
+        # with fp16 the grad scaler itself skips steps whose gradients overflow
+        finite = math.isfinite(sums["loss"]) and (self.scaler.is_enabled() or math.isfinite(norm.item()))
+        if finite:
+            self.scaler.step(self.optimizer)
+            self.p.step += 1
+            self.p.nonfinite_streak = 0
+            for key in ("loss", "nll", "tgt", "tokens"):
+                self.p.window[key] += sums[key]
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        self.p.step += 1
+        if not finite:
+            self._skip_update(sums["loss"])
+        return finite
+
+    def _skip_update(self, loss: float) -> None:
+        t, p = self.cfg.train, self.p
+        p.nonfinite_total += 1
+        p.nonfinite_streak += 1
+        log.warning("non-finite loss or gradient (loss %s) after step %d: update skipped (%d so far, %d in a row)",
+                    loss, p.step, p.nonfinite_total, p.nonfinite_streak)
+        self._write_metrics({"step": p.step, "skipped_update": "non-finite", "nonfinite_total": p.nonfinite_total})
+        if p.nonfinite_streak >= t.max_nonfinite:
+            raise TrainingError(f"the loss was not finite in {p.nonfinite_streak} updates in a row after step "
+                                f"{p.step} (train.max_nonfinite); {self.run_dir}/last.pt is untouched; lower "
+                                f"train.lr or check the data")
 
     def _log_train(self, bar: tqdm) -> None:
         w, p = self.p.window, self.p
@@ -253,12 +409,13 @@ class Trainer:
             p.best_bleu, p.best_step, p.bad_validations = result["val_bleu"], p.step, 0
         else:
             p.bad_validations += 1
+        p.validated_step = p.step
         log.info("validation step %d | loss %.3f | ppl %.2f | BLEU %.2f | chrF %.2f | best %.2f at %d | %s",
                  p.step, result["val_loss"], result["val_ppl"], result["val_bleu"], result["val_chrf"],
                  p.best_bleu, p.best_step, result["bleu_signature"])
-        _save(self.run_dir / "last.pt", self.model, self.optimizer, self.cfg, p)
+        self._save("last.pt")
         if improved:
-            _save(self.run_dir / "best.pt", self.model, self.optimizer, self.cfg, p)
+            self._save("best.pt")
 
     def _should_stop(self) -> str:
         t, p = self.cfg.train, self.p
@@ -270,43 +427,51 @@ class Trainer:
             return f"no BLEU gain in {t.patience} validations (train.patience)"
         return ""
 
+    def _after_update(self, bar: tqdm, clock_start: float) -> None:
+        t, p = self.cfg.train, self.p
+        p.elapsed_s = time.perf_counter() - clock_start
+        bar.update(1)
+        if p.step % t.log_every == 0:
+            self._log_train(bar)
+        if p.step % t.valid_every == 0:
+            self._validate()
+            p.elapsed_s = time.perf_counter() - clock_start
+        elif t.save_every and p.step % t.save_every == 0:
+            self._save("last.pt")
+
     def run(self) -> dict:
+        """Train until a stop condition or a stop request; returns a summary (`interrupted`: signal name)."""
         t, p = self.cfg.train, self.p
         self.model.train()
-        stop = ""
-        loop_start = time.perf_counter()
-        with logging_redirect_tqdm(), tqdm(total=t.max_steps, desc="train", unit="step", dynamic_ncols=True,
-                                           disable=None) as bar:
-            while not stop:
-                p.epoch += 1
-                batches = epoch_batches(self.src_ids, self.tgt_ids, t.max_tokens, t.seed, p.epoch)
-                if p.epoch == 1:
-                    log.info("epoch 1: %d batches, non-pad fraction %.3f", len(batches), fill_ratio(batches))
-                for i in range(0, len(batches), t.accumulate):
-                    start = time.perf_counter()
-                    self._update(batches[i: i + t.accumulate])
-                    elapsed = time.perf_counter() - start
-                    p.window["seconds"] += elapsed
-                    p.train_seconds += elapsed
-                    p.elapsed_s = time.perf_counter() - loop_start
-                    bar.update(1)
-                    if p.step % t.log_every == 0:
-                        self._log_train(bar)
-                    if p.step % t.valid_every == 0:
-                        self._validate()
-                        p.elapsed_s = time.perf_counter() - loop_start
-                    stop = self._should_stop()
-                    if stop:
-                        break
-        if p.step % t.valid_every:
-            self._validate()
-        p.elapsed_s = time.perf_counter() - loop_start
-        log.info("stopped at step %d (epoch %d): %s; best val BLEU %.2f at step %d; %.0fs wall, %.0fs in updates",
-                 p.step, p.epoch, stop, p.best_bleu, p.best_step, p.elapsed_s, p.train_seconds)
+        stop = self._should_stop()
+        clock_start = time.perf_counter() - p.elapsed_s
+        with stop_requests() as requests, logging_redirect_tqdm(), \
+                tqdm(total=t.max_steps, initial=p.step, desc="train", unit="step", dynamic_ncols=True,
+                     disable=None) as bar:
+            while not stop and not requests:
+                start = time.perf_counter()
+                updated = self._update(self._next_batches())
+                elapsed = time.perf_counter() - start
+                p.window["seconds"] += elapsed
+                p.train_seconds += elapsed
+                if updated:
+                    self._after_update(bar, clock_start)
+                stop = self._should_stop()
+            if requests:
+                self._save("last.pt")
+                log.info("%s at step %d: saved %s/last.pt; run the same command again to resume",
+                         requests[0], p.step, self.run_dir)
+            elif p.validated_step != p.step:
+                self._validate()
+        p.elapsed_s = time.perf_counter() - clock_start
+        if not requests:
+            log.info("stopped at step %d (epoch %d): %s; best val BLEU %.2f at step %d; %.0fs wall, %.0fs in "
+                     "updates", p.step, p.epoch, stop, p.best_bleu, p.best_step, p.elapsed_s, p.train_seconds)
         self.metrics.close()
         return {"step": p.step, "epoch": p.epoch, "best_bleu": p.best_bleu, "best_step": p.best_step,
-                "train_seconds": p.train_seconds, "elapsed_s": p.elapsed_s}
+                "train_seconds": p.train_seconds, "elapsed_s": p.elapsed_s,
+                "interrupted": requests[0] if requests else "", "stopped": stop}
 
 
-def train(cfg: RunConfig, run_dir: str | Path) -> dict:
-    return Trainer(cfg, Path(run_dir)).run()
+def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
+    return Trainer(cfg, Path(run_dir), force_new).run()

@@ -16,6 +16,17 @@ def toy():
 
 
 @pytest.fixture(scope="session")
+def small_corpus(toy, tmp_path_factory):
+    """A folder for data.corpus=files: the first 400/40/40 toy pairs as train/val/test.{de,en}."""
+    folder = tmp_path_factory.mktemp("small_corpus")
+    for split, n in [("train", 400), ("val", 40), ("test", 40)]:
+        de, en = toy[split]
+        (folder / f"{split}.de").write_text("".join(line + "\n" for line in de[:n]), encoding="utf-8")
+        (folder / f"{split}.en").write_text("".join(line + "\n" for line in en[:n]), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="session")
 def tokenizer(toy):
     src, tgt = toy["train"]
     return train_tokenizer(src[:2000] + tgt[:2000], vocab_size=300)

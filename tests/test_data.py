@@ -10,7 +10,7 @@ import pytest
 
 from mt.config import DataConfig
 from mt.data import (DataError, drop_long_pairs, epoch_batches, load_split, multi30k_dir, normalize, read_lines,
-                     read_parallel, token_batches)
+                     read_parallel, split_lines, token_batches)
 from mt.toy import SPLIT_SIZES, toy_corpus
 
 SHARED = os.environ.get("MT_DATA_DIR", "")
@@ -37,14 +37,54 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
     path = gz(tmp_path / "bad.de.gz", b"gut\nauch gut\nschlecht \xff\n")
     with pytest.raises(DataError) as e:
         read_lines(path)
-    assert str(e.value) == f"{path}: line 3 is not valid UTF-8"
+    assert str(e.value) == f"{path}: line 3 is not valid UTF-8; re-encode the file as UTF-8"
 
 
 def test_line_count_mismatch_names_both_files(tmp_path):
     src, tgt = gz(tmp_path / "t.de.gz", b"a\nb\nc\n"), gz(tmp_path / "t.en.gz", b"a\nb\n")
     with pytest.raises(DataError) as e:
         read_parallel(src, tgt)
-    assert str(e.value) == f"{src} has 3 lines but {tgt} has 2"
+    assert str(e.value) == f"{src} has 3 lines but {tgt} has 2; the two sides must be line-aligned"
+
+
+def test_control_characters_become_spaces():
+    assert normalize("a\x00b\x1b[31mc\x7f d\x85e\r") == "a b [31mc d e"
+
+
+def test_split_lines_only_on_newline():
+    # U+2028, U+0085 and form feeds are not line breaks for wc -l, so they must not be for us either
+    assert split_lines("a\u2028b\x0cc\x85d\r\ne\n\nf") == ["a\u2028b\x0cc\x85d", "e", "", "f"]
+    assert split_lines("x\n") == ["x"] and split_lines("") == [] and split_lines("\n") == [""]
+
+
+def test_read_lines_crlf_and_unicode_separators(tmp_path):
+    (tmp_path / "c.txt").write_bytes("eins\r\nzwei\u2028drei\r\n".encode())
+    assert read_lines(tmp_path / "c.txt") == ["eins", "zwei drei"]
+
+
+def test_empty_file_is_refused(tmp_path):
+    src, tgt = tmp_path / "t.de", tmp_path / "t.en"
+    src.write_text("")
+    tgt.write_text("a\n")
+    with pytest.raises(DataError) as e:
+        read_parallel(src, tgt)
+    assert str(e.value) == f"{src}: file is empty"
+
+
+def test_unreadable_file(tmp_path):
+    (tmp_path / "dir.de").mkdir()
+    with pytest.raises(DataError) as e:
+        read_lines(tmp_path / "dir.de")
+    assert str(e.value) == f"{tmp_path / 'dir.de'}: cannot read (Is a directory); check the path and its permissions"
+
+
+def test_files_corpus_reads_plain_and_gz(tmp_path):
+    (tmp_path / "train.de").write_text("Hallo Welt\n")
+    gz(tmp_path / "train.en.gz", b"Hello world\n")
+    cfg = DataConfig(corpus="files", dir=str(tmp_path))
+    assert load_split(cfg, "train") == (["Hallo Welt"], ["Hello world"])
+    with pytest.raises(DataError, match="val.de: file not found"):
+        load_split(cfg, "val")
 
 
 def test_missing_file(tmp_path):
@@ -57,6 +97,9 @@ def test_drop_long_pairs_counts(caplog):
     src, tgt = drop_long_pairs([[5] * 3, [5] * 9, [5], []], [[6] * 2, [6], [6] * 10, [6]], max_len=8)
     assert src == [[5] * 3] and tgt == [[6] * 2]
     assert "kept 1 training pairs, dropped 3" in caplog.text
+    with pytest.raises(DataError) as e:
+        drop_long_pairs([[5] * 9], [[6]], max_len=8)
+    assert str(e.value) == "no training pairs left: all 1 are empty or longer than data.max_len=8 pieces; raise data.max_len"
 
 
 def test_token_batches_respect_budget_and_cover_every_index():

@@ -58,3 +58,13 @@ def test_bleu_matches_sacrebleu_readme_example():
     assert result["bleu"] == pytest.approx(48.530827, abs=1e-6)
     assert result["bleu_signature"].startswith("nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:")
     assert result["chrf_signature"].startswith("nrefs:2|case:mixed|eff:yes|nc:6|nw:0|space:no|version:")
+
+
+def test_split_pieces_cuts_before_word_starts():
+    from mt.evaluate import split_pieces
+    starts = {10, 20}                                # piece ids that begin a word
+    ids = [10, 1, 1, 20, 1, 1, 1, 10, 1, 20, 1]
+    parts = split_pieces(ids, 4, starts.__contains__)
+    assert [p for part in parts for p in part] == ids and all(len(p) <= 4 for p in parts)
+    assert parts == [[10, 1, 1], [20, 1, 1, 1], [10, 1, 20, 1]]
+    assert split_pieces([1] * 9, 4, starts.__contains__) == [[1] * 4, [1] * 4, [1]]  # no word start: hard cuts
