@@ -1,4 +1,4 @@
-# make train | translate | test, from a clean clone: the first call builds .venv, later ones reuse it.
+# make train | translate | report | compare | test, from a clean clone: the first call builds .venv, later ones reuse it.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,8 +6,11 @@ CONFIG ?= configs/multi30k.yaml
 NAME := $(basename $(notdir $(CONFIG)))
 RUN ?= runs/$(NAME)
 SET ?=
+RUNS ?=
+CONFIGS ?=
+REPORT ?= runs/report.md
 
-.PHONY: install train evaluate translate test test-fast clean
+.PHONY: install train evaluate translate report compare test test-fast clean
 
 install: $(VENV)/.installed
 
@@ -15,7 +18,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,plot]'
 	touch $@
 
 train: install
@@ -27,6 +30,20 @@ evaluate: install
 
 translate: install
 	@$(BIN)/mt translate --run $(RUN)
+
+# make report RUNS="runs/a runs/b": the first run is the baseline
+report: install
+	$(BIN)/mt report $(RUNS) --out $(REPORT)
+
+# make compare CONFIGS="configs/a.yaml configs/b.yaml": train (or resume) each, evaluate, report
+compare: install
+	@test -n "$(CONFIGS)" || { echo 'usage: make compare CONFIGS="configs/a.yaml configs/b.yaml"' >&2; exit 2; }
+	@for c in $(CONFIGS); do \
+	  run=runs/$$(basename $$c .yaml); \
+	  $(BIN)/mt train $$c --run-dir $$run $(foreach s,$(SET),--set $(s)) && \
+	  $(BIN)/mt evaluate --run $$run --split test || exit $$?; \
+	done
+	$(BIN)/mt report $(foreach c,$(CONFIGS),runs/$(basename $(notdir $(c)))) --out $(REPORT)
 
 test: install
 	$(BIN)/python -m pytest -q

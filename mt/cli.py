@@ -1,4 +1,4 @@
-"""`mt train | translate | evaluate`: the command line, the only module that knows every other one.
+"""`mt train | translate | evaluate | report | attention`: the command line, the only module that knows every other one.
 
 User-fixable problems (ConfigError, DataError) print one line and exit with code 2; `--debug` shows
 the traceback instead.
@@ -112,6 +112,32 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     print(f"  {result['chrf_signature']}")
 
 
+def cmd_report(args: argparse.Namespace) -> None:
+    from mt.report import write_report
+
+    _setup_logging()
+    out, plots = write_report(args.runs, args.out, args.setting)
+    print(f"wrote {out}" + ("; plots skipped: matplotlib is not installed" if plots.startswith("Plots skipped") else ""))
+
+
+def cmd_attention(args: argparse.Namespace) -> None:
+    from mt.checkpoint import load_run
+    from mt.evaluate import attention_for
+    from mt.model import resolve_device
+    from mt.report import plot_attention
+
+    _setup_logging()
+    cfg, tokenizer, model = load_run(args.run)
+    device = resolve_device(args.device)
+    found = attention_for(model.to(device), tokenizer, args.sentence, cfg.decode, device)
+    try:
+        plot_attention(found.source, found.target, found.layers, Path(args.out), per_head=args.per_head)
+    except ImportError:
+        raise ConfigError("mt attention needs matplotlib: pip install -e '.[plot]'") from None
+    print(found.translation)
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mt", description="Train and run Transformer translation models.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for user errors")
@@ -144,6 +170,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", choices=["test", "val"])
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("report", help="compare runs: a Markdown table, significance tests, learning curves")
+    p.add_argument("runs", nargs="+", help="run directories; the first is the baseline")
+    p.add_argument("--out", default="report.md", help="Markdown file; the plot goes beside it")
+    p.add_argument("--setting", default="test",
+                   help="which evaluation to compare: test, val, test-beam5, ... (default test)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("attention", help="plot cross-attention of the greedy translation of one sentence")
+    p.add_argument("sentence")
+    p.add_argument("--run", required=True, help="run directory")
+    p.add_argument("--out", default="attention.png", help="PNG file")
+    p.add_argument("--per-head", action="store_true", help="one panel per head instead of the mean over heads")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.set_defaults(func=cmd_attention)
     return parser
 
 

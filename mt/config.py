@@ -93,6 +93,7 @@ class DecodeConfig:
 @dataclass(frozen=True)
 class RunConfig:
     name: str = "run"
+    base: str = ""       # the config file this one extends (YAML key `base:`, relative to the file); "" = none
     data: DataConfig = DataConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
     model: ModelConfig = ModelConfig()
@@ -203,9 +204,7 @@ def config_from_dict(raw: dict) -> RunConfig:
     return validate(_build(RunConfig, raw, ""))
 
 
-def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
-    """Read a YAML config, apply `--set` overrides, validate. Name defaults to the file's stem."""
-    path = Path(path)
+def _read_yaml(path: Path) -> dict:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -220,11 +219,50 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a YAML mapping of sections, got {type(raw).__name__}")
+    return raw
+
+
+def _merge(base: dict, child: dict) -> dict:
+    """`child` on top of `base`, section by section."""
+    merged = dict(base)
+    for key, value in child.items():
+        both = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merge(merged[key], value) if both else value
+    return merged
+
+
+def _read_with_bases(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    """The file's mapping merged over the mappings of its `base:` chain."""
+    if path.resolve() in chain:
+        raise ConfigError(f"{path}: base: configs extend each other in a loop")
+    raw = _read_yaml(path)
+    base = raw.get("base", "")
+    if not base:
+        return raw
+    if not isinstance(base, str):
+        raise ConfigError(f"{path}: base: expected a path to another config, got {type(base).__name__}")
+    base_path = path.parent / base
+    inherited = _read_with_bases(base_path, chain + (path.resolve(),))
+    inherited.pop("name", None)
+    return {**_merge(inherited, raw), "base": str(base_path)}
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
+    """Read a YAML config (merged over its `base:` chain), apply `--set` overrides, validate.
+
+    The name defaults to the file's stem."""
+    path = Path(path)
+    raw = _read_with_bases(path)
     raw.setdefault("name", path.stem)
     try:
         return config_from_dict(apply_overrides(raw, list(overrides)))
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
+
+
+def base_config(cfg: RunConfig) -> RunConfig:
+    """What `cfg` departs from: its `base:` config, else mt's defaults."""
+    return load_config(cfg.base) if cfg.base else RunConfig()
 
 
 def config_to_dict(cfg: RunConfig) -> dict:

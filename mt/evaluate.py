@@ -5,20 +5,23 @@ output has exactly one line per input line (empty input -> empty output).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 from sacrebleu.metrics import BLEU, CHRF
+from torch import Tensor
 
+from mt.card import code_version, config_section, hardware, read_card, result_key, update_card
 from mt.checkpoint import load_run
-from mt.config import DecodeConfig
+from mt.config import DecodeConfig, RunConfig
 from mt.data import load_split, normalize, source_batch, token_batches
 from mt.decode import Hypothesis, beam_search, greedy_decode
-from mt.model import Seq2Seq, resolve_device
-from mt.tokenizer import Tokenizer
+from mt.model import Seq2Seq, count_parameters, resolve_device
+from mt.tokenizer import BOS, Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +107,19 @@ def score(hypotheses: list[str], *references: list[str]) -> dict:
     b = bleu.corpus_score(hypotheses, list(references))
     c = chrf.corpus_score(hypotheses, list(references))
     return {"bleu": b.score, "chrf": c.score, "bleu_signature": str(bleu.get_signature()),
-            "chrf_signature": str(chrf.get_signature()), "sentences": len(hypotheses)}
+            "chrf_signature": str(chrf.get_signature()), "sentences": len(hypotheses),
+            "length_ratio": b.sys_len / max(b.ref_len, 1)}
+
+
+def lines_sha256(lines: list[str]) -> str:
+    return hashlib.sha256("".join(line + "\n" for line in lines).encode()).hexdigest()
 
 
 def evaluate_run(run_dir: str | Path, split: str = "test", device: str = "auto",
                  overrides: list[str] = ()) -> dict:
-    """Translate `split` with the best checkpoint, score it, write DIR/eval-<split>[-beamK].json.
+    """Translate `split` with the best checkpoint and score it; write DIR/eval-<key>.json, the
+    translations (hyp-<key>.txt), the references (ref-<split>.txt, for `mt report`), and the card's
+    results. <key> names the decoding setting: test, test-beam5, test-beam5-lp0.6.
 
     `overrides` are `key.path=value` strings applied to the run's config (e.g. decode.beam=5).
     """
@@ -118,9 +128,51 @@ def evaluate_run(run_dir: str | Path, split: str = "test", device: str = "auto",
     dev = resolve_device(device)
     src, ref = load_split(cfg.data, split)
     hyps = translate_lines(model.to(dev), tokenizer, src, cfg.decode, dev, max_source_pieces=cfg.data.max_len)
+    key = result_key(split, cfg.decode.beam, cfg.decode.length_penalty)
     result = {"split": split, "beam": cfg.decode.beam, "length_penalty": cfg.decode.length_penalty,
-              **score(hyps, ref)}
-    name = split if cfg.decode.beam == 1 else f"{split}-beam{cfg.decode.beam}"
-    (run_dir / f"hyp-{name}.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    (run_dir / f"eval-{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+              **score(hyps, ref), "refs_sha256": lines_sha256(ref), "hyp_file": f"hyp-{key}.txt",
+              "ref_file": f"ref-{split}.txt"}
+    (run_dir / result["hyp_file"]).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    (run_dir / result["ref_file"]).write_text("".join(r + "\n" for r in ref), encoding="utf-8")
+    (run_dir / f"eval-{key}.json").write_text(json.dumps(result, indent=2) + "\n")
+    card = read_card(run_dir)
+    sections = {} if "training" in card else describe_untracked_run(run_dir, cfg, model)
+    update_card(run_dir, **sections, results={**card.get("results", {}), key: result})
     return result
+
+
+def describe_untracked_run(run_dir: Path, cfg: RunConfig, model: Seq2Seq) -> dict:
+    """Card sections for a run trained before cards existed, rebuilt from its metrics.jsonl; tokens/s
+    is the mean of the logged windows, and code/hardware are those of this evaluation."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    logs, vals = [r for r in rows if "loss" in r], [r for r in rows if "val_bleu" in r]
+    best = max(vals, key=lambda r: r["val_bleu"], default={})
+    training = {"steps": max(r["step"] for r in rows), "epochs": max((r["epoch"] for r in logs), default=0),
+                "wall_s": max(r["elapsed_s"] for r in rows), "train_s": None,
+                "tokens_per_s": round(sum(r["tokens_per_s"] for r in logs) / max(len(logs), 1), 1),
+                "best_step": best.get("step"), "best_val_bleu": best.get("val_bleu"),
+                "best_val_chrf": best.get("val_chrf"), "stopped": "", "rebuilt_from_metrics": True}
+    return {"config": config_section(cfg), "parameters": count_parameters(model),
+            "precision": cfg.train.precision, "code": {**code_version(), "recorded_by": "evaluate"},
+            "hardware": hardware(resolve_device("auto")), "training": training}
+
+
+class AttentionMap(NamedTuple):
+    translation: str
+    source: list[str]     # source pieces + "</s>"
+    target: list[str]     # pieces of the translation + "</s>"
+    layers: list[Tensor]  # per decoder layer: (H, T, S) cross-attention probabilities
+
+
+@torch.inference_mode()
+def attention_for(model: Seq2Seq, tokenizer: Tokenizer, line: str, cfg: DecodeConfig,
+                  device: torch.device | str = "cpu") -> AttentionMap:
+    """Greedy-translate one line and return its cross-attention in every decoder layer."""
+    model.eval()
+    ids = tokenizer.encode([normalize(line)])[0][: model.cfg.max_positions - 1]
+    src, src_mask = (t.to(device) for t in source_batch([ids]))
+    hyp = greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b)[0].tokens
+    tgt_in = torch.tensor([[BOS] + hyp], device=device)                    # (1, T)
+    weights = model.cross_attention(src, src_mask, tgt_in, torch.ones_like(tgt_in, dtype=torch.bool))
+    pieces = lambda seq: [tokenizer.sp.id_to_piece(i) for i in seq] + ["</s>"]  # noqa: E731
+    return AttentionMap(tokenizer.decode([hyp])[0], pieces(ids), pieces(hyp), [w[0].cpu() for w in weights])

@@ -105,6 +105,14 @@ class Attention(nn.Module):
         k, v = self.kv_proj(x).chunk(2, dim=-1)  # (B, L, D) each
         return self._heads(k), self._heads(v)
 
+    def weights(self, x: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+        """The attention probabilities forward() uses (without dropout): (B, H, T, L)."""
+        q = self._heads(self.q_proj(x))                                       # (B, H, T, Dh)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))              # (B, H, T, L)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.softmax(dim=-1)
+
     def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """x (B, T, D) attends to k, v (B, H, L, Dh) where mask (B, 1, T|1, L) is True -> (B, T, D)."""
         q = self._heads(self.q_proj(x))                                       # (B, H, T, Dh)
@@ -252,6 +260,23 @@ class Seq2Seq(nn.Module):
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V)."""
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask=tgt_mask)[0]
+
+    @torch.no_grad()
+    def cross_attention(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> list[Tensor]:
+        """Teacher-forced cross-attention probabilities of every decoder layer: (B, H, T, S) each."""
+        found: list[Tensor] = []
+
+        def keep(module: Attention, args: tuple, output: Tensor) -> None:
+            x, k, _, mask = args
+            found.append(module.weights(x, k, mask))
+
+        hooks = [layer.cross_attn.register_forward_hook(keep) for layer in self.decoder]
+        try:
+            self.forward(src, src_mask, tgt_in, tgt_mask)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return found
 
 
 def count_parameters(model: nn.Module) -> int:

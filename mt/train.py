@@ -27,6 +27,7 @@ from torch import Tensor
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from mt.card import code_version, config_section, hardware, update_card
 from mt.checkpoint import atomic_save, load_checkpoint
 from mt.config import ConfigError, RunConfig, config_differences, config_to_dict, save_config
 from mt.data import Batch, drop_long_pairs, epoch_batches, fill_ratio, load_split, make_batch, token_batches
@@ -138,7 +139,7 @@ def validate(model: Seq2Seq, val: Validation, tokenizer: Tokenizer, cfg: RunConf
 EMPTY_WINDOW = {"loss": 0.0, "nll": 0.0, "tgt": 0, "tokens": 0, "seconds": 0.0}
 
 # Keys a resumed run may change: they decide when to stop, log, save or validate, not what is learned.
-RESUMABLE_KEYS = ("name", "train.max_steps", "train.max_minutes", "train.patience", "train.valid_every",
+RESUMABLE_KEYS = ("name", "base", "train.max_steps", "train.max_minutes", "train.patience", "train.valid_every",
                   "train.save_every", "train.log_every", "train.max_nonfinite", "train.threads",
                   "train.device", "decode")
 
@@ -154,12 +155,14 @@ class Progress:
     epoch: int = 0               # current epoch, from 1
     batch_index: int = 0         # batches of the current epoch consumed so far
     best_bleu: float = -1.0
+    best_chrf: float = -1.0      # chrF at the best-BLEU validation
     best_step: int = 0
     bad_validations: int = 0     # validations in a row without a BLEU gain (train.patience)
     validated_step: int = -1     # step of the latest validation
     nonfinite_total: int = 0     # updates skipped for a non-finite loss or gradient
     nonfinite_streak: int = 0
     window: dict = field(default_factory=lambda: dict(EMPTY_WINDOW))  # sums since the last log line
+    tokens: int = 0              # source + target non-pad tokens trained on
     train_seconds: float = 0.0   # inside optimizer updates only (for tokens/s)
     elapsed_s: float = 0.0       # wall clock of the loop, validation included, summed over restarts
 
@@ -366,6 +369,7 @@ class Trainer:
             self.p.nonfinite_streak = 0
             for key in ("loss", "nll", "tgt", "tokens"):
                 self.p.window[key] += sums[key]
+            self.p.tokens += sums["tokens"]
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         if not finite:
@@ -406,7 +410,8 @@ class Trainer:
                              "elapsed_s": round(p.elapsed_s, 1)})
         improved = result["val_bleu"] > p.best_bleu
         if improved:
-            p.best_bleu, p.best_step, p.bad_validations = result["val_bleu"], p.step, 0
+            p.best_bleu, p.best_chrf, p.best_step = result["val_bleu"], result["val_chrf"], p.step
+            p.bad_validations = 0
         else:
             p.bad_validations += 1
         p.validated_step = p.step
@@ -468,9 +473,21 @@ class Trainer:
             log.info("stopped at step %d (epoch %d): %s; best val BLEU %.2f at step %d; %.0fs wall, %.0fs in "
                      "updates", p.step, p.epoch, stop, p.best_bleu, p.best_step, p.elapsed_s, p.train_seconds)
         self.metrics.close()
+        self._write_card(stop, requests[0] if requests else "")
         return {"step": p.step, "epoch": p.epoch, "best_bleu": p.best_bleu, "best_step": p.best_step,
                 "train_seconds": p.train_seconds, "elapsed_s": p.elapsed_s,
                 "interrupted": requests[0] if requests else "", "stopped": stop}
+
+    def _write_card(self, stop: str, interrupted: str) -> None:
+        p = self.p
+        tokens_per_s = p.tokens / max(p.train_seconds, 1e-9)
+        training = {"steps": p.step, "epochs": p.epoch, "wall_s": round(p.elapsed_s, 1),
+                    "train_s": round(p.train_seconds, 1), "tokens_per_s": round(tokens_per_s, 1),
+                    "best_step": p.best_step, "best_val_bleu": p.best_bleu, "best_val_chrf": p.best_chrf,
+                    "nonfinite_skipped": p.nonfinite_total, "stopped": interrupted or stop}
+        update_card(self.run_dir, config=config_section(self.cfg), parameters=count_parameters(self.model),
+                    precision=self.cfg.train.precision, code=code_version(), hardware=hardware(self.device),
+                    training=training)
 
 
 def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:

@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from mt.config import ConfigError, RunConfig, config_from_dict, config_to_dict, load_config, save_config
+from mt.config import (ConfigError, RunConfig, base_config, config_differences, config_from_dict, config_to_dict,
+                       load_config, save_config)
 
 CONFIGS = sorted(Path(__file__).resolve().parents[1].glob("configs/*.yaml"))
 
@@ -88,3 +89,30 @@ def test_bad_override_syntax(tmp_path):
 
 def test_defaults_are_valid():
     assert isinstance(config_from_dict({}), RunConfig)
+
+
+def test_base_config_chain(tmp_path):
+    (tmp_path / "a.yaml").write_text("name: a\nmodel:\n  layers: 4\n  d_ff: 512\ntrain:\n  lr: 0.002\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.yaml").write_text("base: ../a.yaml\nmodel:\n  d_ff: 256\n")
+    (tmp_path / "c.yaml").write_text("base: sub/b.yaml\ntrain:\n  label_smoothing: 0.0\n")
+    cfg = load_config(tmp_path / "c.yaml", ["train.lr=0.003"])
+    assert cfg.name == "c" and cfg.base == str(tmp_path / "sub" / "b.yaml")
+    assert (cfg.model.layers, cfg.model.d_ff, cfg.train.lr, cfg.train.label_smoothing) == (4, 256, 0.003, 0.0)
+    assert base_config(cfg) == load_config(tmp_path / "sub" / "b.yaml")
+    assert base_config(load_config(tmp_path / "a.yaml")) == RunConfig()
+
+
+def test_base_loop_is_refused(tmp_path):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(tmp_path / "a.yaml")
+    assert str(e.value) == f"{tmp_path / 'a.yaml'}: base: configs extend each other in a loop"
+
+
+def test_config_differences():
+    a = {"train": {"lr": 1.0, "seed": 1}, "decode": {"beam": 1}, "name": "a"}
+    b = {"train": {"lr": 2.0, "seed": 1}, "decode": {"beam": 5}, "name": "b"}
+    assert config_differences(a, b) == {"train.lr": (1.0, 2.0), "decode.beam": (1, 5), "name": ("a", "b")}
+    assert config_differences(a, b, ignore=("decode", "name")) == {"train.lr": (1.0, 2.0)}

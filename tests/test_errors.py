@@ -91,7 +91,7 @@ def test_bad_corpus_leaves_an_existing_run_untouched(capsys, small_corpus, tmp_p
     ("model:\n  dropout: -0.1\n", "{p}: model.dropout: -0.1 is out of range, must be >= 0.0"),
     ("train:\n  warmup_steps: 0\n", "{p}: train.warmup_steps: 0 is out of range, must be >= 1"),
     ("train:\n  lr: 0\n", "{p}: train.lr: 0.0 is out of range, must be > 0.0"),
-    ("trian:\n  lr: 1\n", "{p}: unknown key 'trian'; did you mean 'train'? valid keys: name, data, tokenizer, "
+    ("trian:\n  lr: 1\n", "{p}: unknown key 'trian'; did you mean 'train'? valid keys: name, base, data, tokenizer, "
                           "model, train, decode"),
     ("data:\n  corpus: files\n", "{p}: data.dir: data.corpus 'files' needs data.dir, a folder holding "
                                  "{{train,val,test}}.{{src_lang,tgt_lang}}"),

@@ -2,7 +2,8 @@
 import ast
 from pathlib import Path
 
-ORDER = ["config", "tokenizer", "toy", "data", "model", "checkpoint", "decode", "evaluate", "train", "cli"]
+ORDER = ["config", "tokenizer", "toy", "data", "model", "checkpoint", "card", "decode", "evaluate", "train",
+         "report", "cli"]
 PACKAGE = Path(__file__).resolve().parents[1] / "mt"
 
 

@@ -1,0 +1,226 @@
+"""`mt report`: compare runs from their run directories alone, with significance and plots.
+
+One row per run (from card.json), the config keys that differ between runs, and sacreBLEU's paired
+bootstrap resampling of BLEU and chrF of every run against the first, on the same test set and
+decoding setting. Runs scored on other references or with other metric signatures are listed but not
+compared, and the report says why. Plots (training loss and val BLEU against steps and wall time)
+need matplotlib, the optional `plot` extra; without it the report says they were skipped.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
+
+from mt.card import read_card
+from mt.config import ConfigError, flatten
+
+P_THRESHOLD = 0.05
+BOOTSTRAP_SAMPLES = 1000
+
+
+@dataclass
+class Run:
+    """What the report reads from one run directory."""
+    path: Path
+    card: dict
+    metrics: list[dict]
+
+    @property
+    def label(self) -> str:
+        return self.path.name
+
+    def result(self, setting: str) -> dict | None:
+        return self.card.get("results", {}).get(setting)
+
+    def lines(self, name: str) -> list[str]:
+        return (self.path / name).read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def load_runs(paths: list[str | Path]) -> list[Run]:
+    runs = []
+    for path in map(Path, paths):
+        card = read_card(path)
+        if not card:
+            raise ConfigError(f"{path}/card.json: not found; train the run (or run `mt evaluate --run {path}`) first")
+        metrics_path = path / "metrics.jsonl"
+        rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()] \
+            if metrics_path.exists() else []
+        runs.append(Run(path, card, rows))
+    if len({r.path.resolve() for r in runs}) != len(runs):
+        raise ConfigError("the same run directory is given twice")
+    return runs
+
+
+def _signatures_without_version(result: dict) -> tuple[str, str]:
+    strip = lambda s: re.sub(r"\|version:[^|]*", "", s)  # noqa: E731 - the sacrebleu version does not change a score
+    return strip(result["bleu_signature"]), strip(result["chrf_signature"])
+
+
+def comparability(base: dict | None, other: dict | None) -> str:
+    """Why `other` cannot be compared with `base` (same setting, same test set, same metrics); "" if it can."""
+    if base is None or other is None:
+        return "not evaluated with this decoding setting"
+    if base["refs_sha256"] != other["refs_sha256"] or base["sentences"] != other["sentences"]:
+        return "scored on a different test set (other references)"
+    if _signatures_without_version(base) != _signatures_without_version(other):
+        return "scored with different metric signatures"
+    return ""
+
+
+def paired_bootstrap(runs: list[Run], setting: str) -> list[dict]:
+    """sacreBLEU paired bootstrap resampling of each run against the first: one dict per run with
+    bleu/chrf score, 95% CI and p-value (None for the baseline)."""
+    refs = runs[0].lines(runs[0].result(setting)["ref_file"])
+    systems = [(r.label, r.lines(r.result(setting)["hyp_file"])) for r in runs]
+    test = PairedTest(systems, {"bleu": BLEU(), "chrf": CHRF()}, [refs], test_type="bs",
+                      n_samples=BOOTSTRAP_SAMPLES)
+    _, scores = test()
+    bleu_key, chrf_key = [k for k in scores if k != "System"]
+    return [{"bleu": b.score, "bleu_p": b.p_value, "bleu_ci": b.ci, "chrf": c.score, "chrf_p": c.p_value,
+             "chrf_ci": c.ci} for b, c in zip(scores[bleu_key], scores[chrf_key])]
+
+
+def differing_keys(runs: list[Run]) -> dict[str, list]:
+    """Config keys (key.path -> one value per run) whose values differ between the runs' config.yaml."""
+    flat = [flatten(yaml.safe_load((r.path / "config.yaml").read_text())) for r in runs]
+    keys = [k for k in dict.fromkeys(k for f in flat for k in f) if k not in ("name", "base")]
+    return {k: [f.get(k) for f in flat] for k in keys if any(f.get(k) != flat[0].get(k) for f in flat)}
+
+
+def _fmt(value, spec: str = ".2f", missing: str = "–") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def _p(p: float | None) -> str:
+    if p is None:
+        return "–"
+    return f"{p:.4f}" + (" *" if p < P_THRESHOLD else "")
+
+
+def _verdict(name: str, delta: float, p: float) -> str:
+    if p < P_THRESHOLD:
+        return f"{name} {'better' if delta > 0 else 'worse'} by {abs(delta):.2f} (p = {p:.4f} < {P_THRESHOLD})"
+    return f"{name} {delta:+.2f}, not significant (p = {p:.4f})"
+
+
+def render(runs: list[Run], setting: str, plots: str) -> str:
+    """The Markdown report. `plots` is the Markdown for the plots section."""
+    base = runs[0].result(setting)
+    problems = [comparability(base, r.result(setting)) for r in runs]
+    if problems[0]:
+        raise ConfigError(f"{runs[0].path}: the baseline has no '{setting}' result; run `mt evaluate` on it first")
+    comparable = [r for r, why in zip(runs, problems) if not why]
+    tests = dict(zip([r.label for r in comparable], paired_bootstrap(comparable, setting))) \
+        if len(comparable) > 1 else {}
+    best = max(comparable, key=lambda r: r.result(setting)["bleu"])
+    out = [f"# Comparing {len(runs)} runs on `{setting}`", ""]
+    out += [f"Baseline: `{runs[0].path}`. {base['sentences']} sentences, references sha256 "
+            f"`{base['refs_sha256'][:12]}`, beam {base['beam']}, length penalty {base['length_penalty']}. "
+            f"p: sacreBLEU paired bootstrap resampling ({BOOTSTRAP_SAMPLES} resamples) against the baseline; "
+            f"* = p < {P_THRESHOLD}. ★ = best BLEU.", ""]
+    for run, why in zip(runs, problems):
+        if why:
+            out += [f"> **Not compared:** `{run.path}` was {why} than the baseline; its scores are shown "
+                    f"but no p-value is computed.", ""]
+    keys = differing_keys(runs)
+    out += ["| run | config (hash) | params | steps | epochs | wall | tok/s | best step | val BLEU | BLEU | p | "
+            "chrF | p | len ratio |" + "".join(f" `{k}` |" for k in keys),
+            "|" + "---|" * (14 + len(keys))]
+    for i, run in enumerate(runs):
+        c, t, res = run.card, run.card.get("training", {}), run.result(setting) or {}
+        test = tests.get(run.label, {})
+        mark = " ★" if run is best else ""
+        out.append(
+            f"| {run.label}{mark} | {c['config']['name']} ({c['config']['hash'][:8]}) | {c['parameters'] / 1e6:.2f}M "
+            f"| {t.get('steps', '–')} | {t.get('epochs', '–')} | {_fmt(t.get('wall_s'), '.0f')} s "
+            f"| {_fmt(t.get('tokens_per_s'), '.0f')} | {t.get('best_step', '–')} | {_fmt(t.get('best_val_bleu'))} "
+            f"| {_fmt(res.get('bleu'))} | {_p(test.get('bleu_p'))} | {_fmt(res.get('chrf'))} "
+            f"| {_p(test.get('chrf_p'))} | {_fmt(res.get('length_ratio'), '.3f')} |"
+            + "".join(f" {keys[k][i]} |" for k in keys))
+    out += ["", "## Verdict", ""]
+    for run in comparable[1:]:
+        r, b = tests[run.label], tests[runs[0].label]
+        out.append(f"- `{run.label}` vs `{runs[0].label}`: {_verdict('BLEU', r['bleu'] - b['bleu'], r['bleu_p'])}; "
+                   f"{_verdict('chrF', r['chrf'] - b['chrf'], r['chrf_p'])}.")
+    if len(comparable) < 2:
+        out.append("- Nothing to test: fewer than two comparable runs.")
+    out += ["", "## Runs", ""]
+    for run in runs:
+        c = run.card
+        hw = c.get("hardware", {})
+        device = hw.get("gpu") or f"{hw.get('cpu', '?')}, {hw.get('threads', '?')} threads"
+        out.append(f"- `{run.path}`: base {c['config']['base']}, code {c.get('code', {}).get('git_commit', '?')[:10]}"
+                   f"{' (uncommitted changes)' if c.get('code', {}).get('dirty') else ''}, {c.get('precision')}, "
+                   f"{device}, stopped: {c.get('training', {}).get('stopped') or '–'}")
+    out += ["", "## Signatures", "", f"- BLEU: `{base['bleu_signature']}`", f"- chrF: `{base['chrf_signature']}`",
+            "", "## Learning curves", "", plots, ""]
+    return "\n".join(out)
+
+
+def plot_curves(runs: list[Run], path: Path) -> None:
+    """Training loss and val BLEU against steps and against wall time, all runs on each panel."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    for run in runs:
+        logs = [r for r in run.metrics if "loss" in r]
+        vals = [r for r in run.metrics if "val_bleu" in r]
+        for col, x in enumerate(("step", "elapsed_s")):
+            scale = 1 if x == "step" else 1 / 60
+            axes[0][col].plot([r[x] * scale for r in logs], [r["loss"] for r in logs], label=run.label)
+            axes[1][col].plot([r[x] * scale for r in vals], [r["val_bleu"] for r in vals], marker="o", label=run.label)
+    for col, xlabel in enumerate(("step", "wall clock (minutes)")):
+        axes[0][col].set(xlabel=xlabel, ylabel="training loss (label-smoothed)")
+        axes[1][col].set(xlabel=xlabel, ylabel="validation BLEU (greedy)")
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(paths: list[str | Path], out: str | Path, setting: str = "test") -> tuple[Path, str]:
+    """Write the Markdown report (and its plot beside it); returns (report path, plots note)."""
+    runs = load_runs(paths)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = out.with_name(out.stem + "-curves.png")
+    try:
+        plot_curves(runs, png)
+        plots = f"![training loss and validation BLEU]({png.name})"
+    except ImportError:
+        plots = "Plots skipped: matplotlib is not installed (`pip install -e '.[plot]'`)."
+    out.write_text(render(runs, setting, plots), encoding="utf-8")
+    return out, plots
+
+
+def plot_attention(src: list[str], tgt: list[str], layers: list, path: Path, per_head: bool = False) -> None:
+    """Heatmaps of cross-attention (target pieces x source pieces): one panel per decoder layer,
+    averaged over heads, or layers x heads with `per_head`. `layers`: (H, T, S) tensors."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heads = layers[0].shape[0] if per_head else 1
+    panels = [[(w[h] if per_head else w.mean(0)) for h in range(heads)] for w in layers]
+    size = (max(3.0, 0.32 * len(src) + 1.5), max(2.5, 0.3 * len(tgt) + 1.2))
+    fig, axes = plt.subplots(len(layers), heads, figsize=(size[0] * heads, size[1] * len(layers)), squeeze=False)
+    for i, row in enumerate(panels):
+        for h, weights in enumerate(row):
+            ax = axes[i][h]
+            ax.imshow(weights.numpy(), cmap="Blues", vmin=0.0, aspect="auto")
+            ax.set_xticks(range(len(src)), src, rotation=90, fontsize=8)
+            ax.set_yticks(range(len(tgt)), tgt, fontsize=8)
+            ax.set_title(f"layer {i + 1}" + (f", head {h + 1}" if per_head else ", mean of heads"), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

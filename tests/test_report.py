@@ -1,0 +1,129 @@
+"""Run cards, `mt report` (rows, differing keys, paired bootstrap, refusals, plots) and attention maps."""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mt.cli import main
+from mt.config import ConfigError, load_config
+from mt.data import make_batch
+from mt.evaluate import evaluate_run
+from mt.report import write_report
+from mt.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["model.d_model=32", "model.d_ff=64", "model.layers=2", "tokenizer.vocab_size=200", "train.max_tokens=400",
+        "train.threads=1", "train.log_every=5", "train.valid_every=10", "train.max_steps=30", "train.lr=0.005",
+        "data.corpus=files"]
+
+
+@pytest.fixture(scope="module")
+def two_runs(small_corpus, tmp_path_factory):
+    """Two tiny toy runs that differ in label smoothing, each evaluated on the test split."""
+    root = tmp_path_factory.mktemp("report")
+    runs = []
+    for name, eps in [("ls01", "0.1"), ("ls0", "0.0")]:
+        cfg = load_config(ROOT / "configs/toy.yaml", TINY + [f"data.dir={small_corpus}",
+                                                               f"train.label_smoothing={eps}"])
+        train(cfg, root / name)
+        evaluate_run(root / name, "test", "cpu")
+        runs.append(root / name)
+    return runs
+
+
+@pytest.mark.slow
+def test_card_fields_are_present_and_typed(two_runs):
+    card = json.loads((two_runs[0] / "card.json").read_text())
+    assert card["config"]["name"] == "toy" and len(card["config"]["hash"]) == 12
+    assert card["config"]["base"] == "defaults"
+    assert card["config"]["differences"]["model.d_model"] == [256, 32]
+    assert isinstance(card["parameters"], int) and card["parameters"] > 0
+    assert len(card["code"]["git_commit"]) in (40, len("unknown")) and card["precision"] == "fp32"
+    assert card["hardware"]["device"] == "cpu" and card["hardware"]["threads"] == 1
+    t = card["training"]
+    assert (t["steps"], t["epochs"], t["stopped"]) == (30, 1, "reached train.max_steps=30")
+    assert all(isinstance(t[k], float) for k in ("wall_s", "train_s", "tokens_per_s", "best_val_bleu"))
+    assert t["best_step"] in (10, 20, 30)
+    test = card["results"]["test"]
+    assert set(test) >= {"bleu", "chrf", "bleu_signature", "chrf_signature", "length_ratio", "refs_sha256",
+                         "sentences", "beam", "hyp_file", "ref_file"}
+    assert test["sentences"] == 40 and test["bleu_signature"].startswith("nrefs:1|case:mixed")
+    assert isinstance(test["length_ratio"], float) and test["length_ratio"] > 0
+
+
+@pytest.mark.slow
+def test_report_rows_keys_and_p_value(two_runs, tmp_path):
+    out, plots = write_report(two_runs, tmp_path / "report.md")
+    text = out.read_text()
+    table = [line for line in text.splitlines() if line.startswith("| ")]
+    assert table[0].split("|")[-2].strip() == "`train.label_smoothing`"  # the one differing key
+    rows = {line.split("|")[1].strip().rstrip(" ★"): line for line in table[1:]}
+    assert set(rows) == {"ls01", "ls0"}
+    assert rows["ls01"].split("|")[-2].strip() == "0.1" and rows["ls0"].split("|")[-2].strip() == "0.0"
+    p_bleu = rows["ls0"].split("|")[11].strip().rstrip(" *")
+    assert 0.0 <= float(p_bleu) <= 1.0 and rows["ls01"].split("|")[11].strip() == "–"  # baseline has no p
+    assert "`ls0` vs `ls01`: BLEU" in text and text.count("★") == 2  # legend + the best row
+    assert (tmp_path / "report-curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert plots == "![training loss and validation BLEU](report-curves.png)"
+
+
+@pytest.mark.slow
+def test_report_refuses_runs_on_another_test_set(two_runs, small_corpus, tmp_path):
+    other_data = tmp_path / "other"
+    shutil.copytree(small_corpus, other_data)
+    for lang in ("de", "en"):
+        lines = (other_data / f"test.{lang}").read_text().splitlines()
+        (other_data / f"test.{lang}").write_text("".join(line + "\n" for line in lines[::-1]))  # same text, reordered
+    other = tmp_path / "other-run"
+    shutil.copytree(two_runs[1], other)
+    evaluate_run(other, "test", "cpu", [f"data.dir={other_data}"])
+    text = write_report([two_runs[0], other], tmp_path / "r.md")[0].read_text()
+    assert (f"> **Not compared:** `{other}` was scored on a different test set (other references) than the "
+            f"baseline") in text
+    row = next(line for line in text.splitlines() if line.startswith("| other-run"))
+    assert row.split("|")[11].strip() == "–"
+    assert "Nothing to test: fewer than two comparable runs." in text
+
+
+@pytest.mark.slow
+def test_report_without_matplotlib_still_writes(two_runs, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    out, plots = write_report(two_runs, tmp_path / "report.md")
+    assert "Plots skipped: matplotlib is not installed" in out.read_text()
+    assert not (tmp_path / "report-curves.png").exists()
+
+
+def test_report_needs_cards(tmp_path, capsys):
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "r.md")]) == 2
+    assert capsys.readouterr().err == (f"mt: error: {tmp_path}/card.json: not found; train the run (or run "
+                                       f"`mt evaluate --run {tmp_path}`) first\n")
+
+
+@pytest.mark.slow
+def test_attention_command_writes_png(two_runs, tmp_path, capsys):
+    out = tmp_path / "att.png"
+    assert main(["attention", "--run", str(two_runs[0]), "Der Hund sieht die Katze .", "--out", str(out),
+                 "--per-head"]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cross_attention_weights_reproduce_the_attention_output(small_model):
+    batch = make_batch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]])
+    weights = small_model.cross_attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
+    assert len(weights) == 2 and weights[0].shape == (2, 4, 4, 5)  # (B, H, T, S)
+    for w in weights:
+        torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 4))
+        assert torch.all(w[1, :, :, 3:] == 0)                      # padded source positions get nothing
+    # the weights are the ones the layer uses: weights @ V through out_proj gives its output
+    layer = small_model.decoder[0].cross_attn
+    seen = {}
+    handle = layer.register_forward_hook(lambda m, args, out: seen.update(args=args, out=out))
+    small_model.cross_attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
+    handle.remove()
+    x, k, v, mask = seen["args"]
+    mixed = layer.weights(x, k, mask) @ v                            # (B, H, T, Dh)
+    B, H, T, Dh = mixed.shape
+    torch.testing.assert_close(layer.out_proj(mixed.transpose(1, 2).reshape(B, T, H * Dh)), seen["out"])
