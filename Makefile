@@ -6,6 +6,9 @@ CONFIG ?= configs/multi30k.yaml
 NAME := $(basename $(notdir $(CONFIG)))
 RUN ?= runs/$(NAME)
 SET ?=
+NPROC ?= 1
+# NPROC > 1: data-parallel training under torchrun (gloo on CPU, NCCL on GPUs)
+TRAIN := $(if $(filter-out 1,$(NPROC)),$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) -m mt,$(BIN)/mt) train
 RUNS ?=
 CONFIGS ?=
 REPORT ?= runs/report.md
@@ -22,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 train: install
-	$(BIN)/mt train $(CONFIG) --run-dir $(RUN) $(foreach s,$(SET),--set $(s))
+	$(TRAIN) $(CONFIG) --run-dir $(RUN) $(foreach s,$(SET),--set $(s))
 	$(BIN)/mt evaluate --run $(RUN) --split test
 
 evaluate: install
@@ -40,7 +43,7 @@ compare: install
 	@test -n "$(CONFIGS)" || { echo 'usage: make compare CONFIGS="configs/a.yaml configs/b.yaml"' >&2; exit 2; }
 	@for c in $(CONFIGS); do \
 	  run=runs/$$(basename $$c .yaml); \
-	  $(BIN)/mt train $$c --run-dir $$run $(foreach s,$(SET),--set $(s)) && \
+	  $(TRAIN) $$c --run-dir $$run $(foreach s,$(SET),--set $(s)) && \
 	  $(BIN)/mt evaluate --run $$run --split test || exit $$?; \
 	done
 	$(BIN)/mt report $(foreach c,$(CONFIGS),runs/$(basename $(notdir $(c)))) --out $(REPORT)

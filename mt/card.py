@@ -58,10 +58,10 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def hardware(device: torch.device) -> dict:
+def hardware(device: torch.device, processes: int = 1) -> dict:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    return {"device": device.type, "gpu": gpu, "cpu": cpu_name(), "cpu_count": os.cpu_count(),
-            "threads": torch.get_num_threads(), "torch": torch.__version__}
+    return {"device": device.type, "gpu": gpu, "processes": processes, "cpu": cpu_name(),
+            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__}
 
 
 def read_card(run_dir: str | Path) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -16,8 +17,17 @@ from mt.data import DataError
 log = logging.getLogger("mt")
 
 
+def _rank() -> int:
+    """This process's rank under torchrun (0 otherwise)."""
+    return int(os.environ.get("RANK", 0))
+
+
 def _setup_logging(log_file: Path | None = None) -> None:
+    """INFO to stderr (and `log_file`); under torchrun only rank 0 logs INFO and writes the file."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if _rank() > 0:
+        handlers[0].setLevel(logging.WARNING)
+        log_file = None
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
@@ -40,12 +50,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     _setup_logging(run_dir / "train.log")
     log.info("run directory %s", run_dir)
     result = train(cfg, run_dir, force_new=args.force_new)
-    if result["interrupted"]:
+    if result["interrupted"] and _rank() == 0:
         again = " ".join(["mt", "train", args.config, "--run-dir", str(run_dir), *(f"--set {s}" for s in args.set)])
         print(f"mt: training stopped by {result['interrupted']} at step {result['step']}; resume with: {again}",
               file=sys.stderr)
-        return EXIT_ON_SIGNAL[result["interrupted"]]
-    return 0
+    return EXIT_ON_SIGNAL.get(result["interrupted"], 0)
 
 
 def _decode_overrides(args: argparse.Namespace) -> list[str]:
@@ -189,16 +198,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from mt.distributed import RankFailure
     from mt.train import TrainingError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
-    except (ConfigError, DataError, TrainingError) as e:
+    except (ConfigError, DataError, TrainingError, RankFailure) as e:
         if args.debug:
             raise
-        print(f"mt: error: {e}", file=sys.stderr)
-        return 1 if isinstance(e, TrainingError) else 2
+        where = f"[rank {_rank()}] " if "WORLD_SIZE" in os.environ else ""
+        print(f"mt: error: {where}{e}", file=sys.stderr)
+        return 2 if isinstance(e, (ConfigError, DataError)) else 1
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ class TrainConfig:
     label_smoothing: float = _range(0.1, 0.0, 0.99)
     precision: str = _choice("fp32", "fp32", "bf16", "fp16")
     device: str = _choice("auto", "auto", "cpu", "cuda")
+    dist_backend: str = _choice("auto", "auto", "nccl", "gloo")  # under torchrun; auto = nccl on GPUs, else gloo
     clip_norm: float = _range(1.0, 0.0)  # 0 = no clipping
     accumulate: int = _range(1, 1)       # batches per optimizer step
     patience: int = _range(0, 0)         # validations without BLEU gain before stopping; 0 = off

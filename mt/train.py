@@ -24,9 +24,11 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from mt import distributed
 from mt.card import code_version, config_section, hardware, update_card
 from mt.checkpoint import atomic_save, load_checkpoint
 from mt.config import ConfigError, RunConfig, config_differences, config_to_dict, save_config
@@ -167,14 +169,15 @@ class Progress:
     elapsed_s: float = 0.0       # wall clock of the loop, validation included, summed over restarts
 
 
-def _setup(cfg: RunConfig) -> torch.device:
+def _setup(cfg: RunConfig, ranks: distributed.Ranks) -> torch.device:
+    """Seed, threads, and this rank's device (joining the process group under torchrun)."""
     random.seed(cfg.train.seed)
-    torch.manual_seed(cfg.train.seed)
+    torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     if cfg.train.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device: cuda requested but no GPU is visible; use auto or cpu")
-    device = resolve_device(cfg.train.device)
+    device = distributed.start(ranks, cfg.train.device, cfg.train.dist_backend)
     if cfg.train.precision == "fp16" and device.type != "cuda":
         raise ConfigError("train.precision: fp16 needs a CUDA device; use bf16 or fp32 on CPU")
     return device
@@ -194,13 +197,14 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _resume_point(cfg: RunConfig, run_dir: Path, force_new: bool) -> dict | None:
+def _resume_point(cfg: RunConfig, run_dir: Path, force_new: bool, ranks: distributed.Ranks) -> dict | None:
     """The checkpoint to resume from (None = start fresh), refusing one from a different config."""
     path = run_dir / "last.pt"
     if not path.exists():
         return None
     if force_new:
-        _archive(run_dir)
+        if ranks.main:
+            _archive(run_dir)
         return None
     ckpt = load_checkpoint(path)
     if "progress" not in ckpt:
@@ -261,38 +265,53 @@ def stop_requests():
 
 
 class Trainer:
-    """Holds what the loop needs; `run()` is the loop. Starts fresh, or resumes `run_dir/last.pt`."""
+    """Holds what the loop needs; `run()` is the loop. Starts fresh, or resumes `run_dir/last.pt`.
+
+    Under torchrun every rank runs this; rank 0 alone writes files and validates (the others wait),
+    each rank trains on its share of every update's batches, and DDP averages the gradients."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, force_new: bool = False):
         self.cfg, self.run_dir = cfg, run_dir
-        self.device = _setup(cfg)
+        self.ranks = ranks = distributed.ranks_from_env()
+        self.device = _setup(cfg, ranks)
         # everything that can fail on user input happens before anything in run_dir is written
-        ckpt = _resume_point(cfg, run_dir, force_new)
+        ckpt = _resume_point(cfg, run_dir, force_new, ranks)
         src, tgt = load_split(cfg.data, "train")
-        if ckpt is None:
-            self.tokenizer = train_tokenizer(src + tgt, cfg.tokenizer.vocab_size, cfg.tokenizer.character_coverage)
-        else:
+        if ckpt is not None:
             self.tokenizer = self._resumed_tokenizer(ckpt)
+        else:  # trained once, on rank 0, so that every rank has the very same pieces
+            proto = train_tokenizer(src + tgt, cfg.tokenizer.vocab_size,
+                                    cfg.tokenizer.character_coverage).proto if ranks.main else None
+            self.tokenizer = Tokenizer(distributed.from_main(proto, ranks))
         self.src_ids, self.tgt_ids = drop_long_pairs(self.tokenizer.encode(src), self.tokenizer.encode(tgt),
                                                      cfg.data.max_len)
-        self.val = make_validation(cfg, self.tokenizer)
+        self.val = make_validation(cfg, self.tokenizer) if ranks.main else None
         self.model = Seq2Seq(cfg.model, self.tokenizer.vocab_size).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.98),
                                           eps=1e-9, fused=True)
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.train.precision == "fp16")
         self.p = Progress()
         self.batches: list[Batch] | None = None
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / "config.yaml")
+        self.metrics = None
+        if ranks.main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, run_dir / "config.yaml")
         if ckpt is None:
-            self.tokenizer.save(run_dir / "spm.model")
-            log.info("trained joint BPE on %d lines: %d pieces -> %s", len(src) + len(tgt),
-                     self.tokenizer.vocab_size, run_dir / "spm.model")
+            if ranks.enabled:
+                torch.manual_seed(cfg.train.seed + 1000 * ranks.rank)  # different dropout masks per rank
+            if ranks.main:
+                self.tokenizer.save(run_dir / "spm.model")
+                log.info("trained joint BPE on %d lines: %d pieces -> %s", len(src) + len(tgt),
+                         self.tokenizer.vocab_size, run_dir / "spm.model")
         else:
             self._restore(ckpt)
-        self.metrics = open(run_dir / "metrics.jsonl", "a" if ckpt else "w", encoding="utf-8")
-        log.info("model: %d parameters; device %s; precision %s; threads %d", count_parameters(self.model),
-                 self.device, cfg.train.precision, torch.get_num_threads())
+        if ranks.main:
+            self.metrics = open(run_dir / "metrics.jsonl", "a" if ckpt else "w", encoding="utf-8")
+        # DDP wraps the model for training steps only; validation and saving use the plain module
+        self.ddp = DistributedDataParallel(self.model, forward_sync_buffers=False) if ranks.enabled else self.model
+        log.info("model: %d parameters; device %s; precision %s; threads %d; processes %d",
+                 count_parameters(self.model), self.device, cfg.train.precision, torch.get_num_threads(),
+                 ranks.world)
 
     def _resumed_tokenizer(self, ckpt: dict) -> Tokenizer:
         path = self.run_dir / "spm.model"
@@ -310,23 +329,33 @@ class Trainer:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.scaler.load_state_dict(ckpt["scaler"])
         self.p = Progress(**ckpt["progress"])
-        set_rng_state(ckpt["rng"])
-        _keep_metrics_until(self.run_dir / "metrics.jsonl", self.p.step)
+        states = ckpt["rng"]
+        if len(states) != self.ranks.world:
+            raise ConfigError(f"{self.run_dir}/last.pt was written by {len(states)} processes, not "
+                              f"{self.ranks.world}; resume with the same number for an exact resume")
+        set_rng_state(states[self.ranks.rank])
+        if self.ranks.main:
+            _keep_metrics_until(self.run_dir / "metrics.jsonl", self.p.step)
         log.info("resuming %s/last.pt: step %d, epoch %d (batch %d), best val BLEU %.2f at step %d",
                  self.run_dir, self.p.step, self.p.epoch, self.p.batch_index, self.p.best_bleu, self.p.best_step)
 
     def _save(self, name: str) -> None:
-        atomic_save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                     "scaler": self.scaler.state_dict(), "config": config_to_dict(self.cfg),
-                     "vocab_size": self.model.vocab_size, "progress": dataclasses.asdict(self.p),
-                     "rng": rng_state()}, self.run_dir / name)
+        """Every rank calls this (its RNG state goes in); rank 0 writes."""
+        states = distributed.gather(rng_state(), self.ranks)  # one per rank
+        if self.ranks.main:
+            atomic_save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                         "scaler": self.scaler.state_dict(), "config": config_to_dict(self.cfg),
+                         "vocab_size": self.model.vocab_size, "progress": dataclasses.asdict(self.p),
+                         "rng": states}, self.run_dir / name)
 
     def _write_metrics(self, record: dict) -> None:
-        self.metrics.write(json.dumps(record) + "\n")
-        self.metrics.flush()
+        if self.metrics is not None:
+            self.metrics.write(json.dumps(record) + "\n")
+            self.metrics.flush()
 
     def _next_batches(self) -> list[Batch]:
-        """The next `accumulate` batches of the seeded epoch order, moving to a new epoch at its end."""
+        """The next `accumulate` x processes batches of the seeded epoch order (the same on every rank),
+        moving to a new epoch at its end."""
         t, p = self.cfg.train, self.p
         if p.epoch == 0:
             p.epoch = 1
@@ -337,28 +366,42 @@ class Trainer:
             self.batches = epoch_batches(self.src_ids, self.tgt_ids, t.max_tokens, t.seed, p.epoch)
         if p.epoch == 1 and p.batch_index == 0:
             log.info("epoch 1: %d batches, non-pad fraction %.3f", len(self.batches), fill_ratio(self.batches))
-        group = self.batches[p.batch_index: p.batch_index + t.accumulate]
+        group = self.batches[p.batch_index: p.batch_index + t.accumulate * self.ranks.world]
         p.batch_index += len(group)
         return group
 
-    def _update(self, micro_batches: list[Batch]) -> bool:
-        """One optimizer step over `micro_batches`, loss normalised by their total target tokens.
+    def _update(self, group: list[Batch], requests: list[str]) -> tuple[bool, bool]:
+        """One optimizer step over `group`, the loss normalised by its total target tokens. Each rank
+        backpropagates its share (every world-th batch); DDP sums the shares' gradients once, on the
+        last micro-batch, and divides by the number of ranks, which the loss scale undoes.
 
-        Returns False (no step) when the loss or the gradient is not finite."""
-        t = self.cfg.train
+        Returns (stepped, stop): no step when the loss or the gradient is not finite; stop when any
+        rank got Ctrl-C or SIGTERM (all ranks stop at the same step)."""
+        t, world = self.cfg.train, self.ranks.world
         lr = inverse_sqrt_lr(self.p.step + 1, t.lr, t.warmup_steps)  # the schedule is a function of step
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        ntokens = sum(b.ntokens for b in micro_batches)
+        for param_group in self.optimizer.param_groups:
+            param_group["lr"] = lr
+        ntokens = sum(b.ntokens for b in group)
+        mine = group[self.ranks.rank::world]
+        weight = world / ntokens
+        if not mine:  # the epoch's last group has fewer batches than ranks: join the gradient sync with zero
+            mine, weight = group[:1], 0.0
         sums = dict(EMPTY_WINDOW)
-        for batch in micro_batches:
+        for i, batch in enumerate(mine):
             batch = batch.to(self.device)
-            with _autocast(self.device, t.precision):
-                loss, nll = batch_loss(self.model, batch, t.label_smoothing)
-            self.scaler.scale(loss / ntokens).backward()
-            sums["loss"], sums["nll"] = sums["loss"] + loss.item(), sums["nll"] + nll.item()
-            sums["tgt"] += batch.ntokens
-            sums["tokens"] += batch.ntokens + int(batch.src_mask.sum())
+            last = i == len(mine) - 1
+            with _autocast(self.device, t.precision), \
+                    (contextlib.nullcontext() if last or not self.ranks.enabled else self.ddp.no_sync()):
+                loss, nll = batch_loss(self.ddp, batch, t.label_smoothing)
+                self.scaler.scale(loss * weight).backward()
+            if weight:
+                sums["loss"], sums["nll"] = sums["loss"] + loss.item(), sums["nll"] + nll.item()
+                sums["tgt"] += batch.ntokens
+                sums["tokens"] += batch.ntokens + int(batch.src_mask.sum())
+        keys = ("loss", "nll", "tgt", "tokens")
+        *totals, stops = distributed.sum_across([sums[k] for k in keys] + [float(bool(requests))], self.ranks,
+                                                self.device)
+        sums.update(zip(keys, totals))
         self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm or math.inf)
         # with fp16 the grad scaler itself skips steps whose gradients overflow
@@ -369,12 +412,12 @@ class Trainer:
             self.p.nonfinite_streak = 0
             for key in ("loss", "nll", "tgt", "tokens"):
                 self.p.window[key] += sums[key]
-            self.p.tokens += sums["tokens"]
+            self.p.tokens += int(sums["tokens"])
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         if not finite:
             self._skip_update(sums["loss"])
-        return finite
+        return finite, stops > 0
 
     def _skip_update(self, loss: float) -> None:
         t, p = self.cfg.train, self.p
@@ -404,20 +447,25 @@ class Trainer:
         p.window = dict(EMPTY_WINDOW)
 
     def _validate(self) -> None:
+        """Rank 0 validates (the others wait for its verdict), then every rank saves."""
         p = self.p
-        result = validate(self.model, self.val, self.tokenizer, self.cfg, self.device)
-        self._write_metrics({"step": p.step, **{k: v for k, v in result.items() if k != "bleu_signature"},
-                             "elapsed_s": round(p.elapsed_s, 1)})
-        improved = result["val_bleu"] > p.best_bleu
-        if improved:
-            p.best_bleu, p.best_chrf, p.best_step = result["val_bleu"], result["val_chrf"], p.step
-            p.bad_validations = 0
-        else:
-            p.bad_validations += 1
+        improved = False
+        if self.ranks.main:
+            result = validate(self.model, self.val, self.tokenizer, self.cfg, self.device)
+            self._write_metrics({"step": p.step, **{k: v for k, v in result.items() if k != "bleu_signature"},
+                                 "elapsed_s": round(p.elapsed_s, 1)})
+            improved = result["val_bleu"] > p.best_bleu
+            if improved:
+                p.best_bleu, p.best_chrf, p.best_step = result["val_bleu"], result["val_chrf"], p.step
+                p.bad_validations = 0
+            else:
+                p.bad_validations += 1
+            log.info("validation step %d | loss %.3f | ppl %.2f | BLEU %.2f | chrF %.2f | best %.2f at %d | %s",
+                     p.step, result["val_loss"], result["val_ppl"], result["val_bleu"], result["val_chrf"],
+                     p.best_bleu, p.best_step, result["bleu_signature"])
+        improved, p.best_bleu, p.best_chrf, p.best_step, p.bad_validations = distributed.from_main(
+            (improved, p.best_bleu, p.best_chrf, p.best_step, p.bad_validations), self.ranks)
         p.validated_step = p.step
-        log.info("validation step %d | loss %.3f | ppl %.2f | BLEU %.2f | chrF %.2f | best %.2f at %d | %s",
-                 p.step, result["val_loss"], result["val_ppl"], result["val_bleu"], result["val_chrf"],
-                 p.best_bleu, p.best_step, result["bleu_signature"])
         self._save("last.pt")
         if improved:
             self._save("best.pt")
@@ -434,7 +482,9 @@ class Trainer:
 
     def _after_update(self, bar: tqdm, clock_start: float) -> None:
         t, p = self.cfg.train, self.p
-        p.elapsed_s = time.perf_counter() - clock_start
+        # rank 0's clock decides max_minutes for every rank, so that all stop at the same step
+        p.elapsed_s = distributed.from_main(time.perf_counter() - clock_start, self.ranks) \
+            if t.max_minutes and self.ranks.enabled else time.perf_counter() - clock_start
         bar.update(1)
         if p.step % t.log_every == 0:
             self._log_train(bar)
@@ -447,36 +497,40 @@ class Trainer:
     def run(self) -> dict:
         """Train until a stop condition or a stop request; returns a summary (`interrupted`: signal name)."""
         t, p = self.cfg.train, self.p
-        self.model.train()
-        stop = self._should_stop()
+        self.ddp.train()
+        stop, interrupted = self._should_stop(), ""
         clock_start = time.perf_counter() - p.elapsed_s
         with stop_requests() as requests, logging_redirect_tqdm(), \
                 tqdm(total=t.max_steps, initial=p.step, desc="train", unit="step", dynamic_ncols=True,
-                     disable=None) as bar:
-            while not stop and not requests:
+                     disable=None if self.ranks.main else True) as bar:
+            while not stop and not interrupted:
                 start = time.perf_counter()
-                updated = self._update(self._next_batches())
+                with distributed.peers_lost():
+                    updated, stop_requested = self._update(self._next_batches(), requests)
                 elapsed = time.perf_counter() - start
                 p.window["seconds"] += elapsed
                 p.train_seconds += elapsed
                 if updated:
                     self._after_update(bar, clock_start)
+                if stop_requested:  # here or on another rank
+                    interrupted = requests[0] if requests else "SIGTERM"
                 stop = self._should_stop()
-            if requests:
+            if interrupted:
                 self._save("last.pt")
                 log.info("%s at step %d: saved %s/last.pt; run the same command again to resume",
-                         requests[0], p.step, self.run_dir)
+                         interrupted, p.step, self.run_dir)
             elif p.validated_step != p.step:
                 self._validate()
         p.elapsed_s = time.perf_counter() - clock_start
-        if not requests:
+        if not interrupted:
             log.info("stopped at step %d (epoch %d): %s; best val BLEU %.2f at step %d; %.0fs wall, %.0fs in "
                      "updates", p.step, p.epoch, stop, p.best_bleu, p.best_step, p.elapsed_s, p.train_seconds)
-        self.metrics.close()
-        self._write_card(stop, requests[0] if requests else "")
+        if self.ranks.main:
+            self.metrics.close()
+            self._write_card(stop, interrupted)
         return {"step": p.step, "epoch": p.epoch, "best_bleu": p.best_bleu, "best_step": p.best_step,
-                "train_seconds": p.train_seconds, "elapsed_s": p.elapsed_s,
-                "interrupted": requests[0] if requests else "", "stopped": stop}
+                "train_seconds": p.train_seconds, "elapsed_s": p.elapsed_s, "interrupted": interrupted,
+                "stopped": stop}
 
     def _write_card(self, stop: str, interrupted: str) -> None:
         p = self.p
@@ -486,9 +540,13 @@ class Trainer:
                     "best_step": p.best_step, "best_val_bleu": p.best_bleu, "best_val_chrf": p.best_chrf,
                     "nonfinite_skipped": p.nonfinite_total, "stopped": interrupted or stop}
         update_card(self.run_dir, config=config_section(self.cfg), parameters=count_parameters(self.model),
-                    precision=self.cfg.train.precision, code=code_version(), hardware=hardware(self.device),
+                    precision=self.cfg.train.precision, code=code_version(), hardware=hardware(self.device, self.ranks.world),
                     training=training)
 
 
 def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
-    return Trainer(cfg, Path(run_dir), force_new).run()
+    """Train (or resume) a run; under torchrun, every rank calls this."""
+    try:
+        return Trainer(cfg, Path(run_dir), force_new).run()
+    finally:
+        distributed.stop()

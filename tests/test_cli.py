@@ -70,7 +70,7 @@ def test_unknown_key_is_one_line_exit_2(tmp_path):
     assert result.returncode == 2
     assert result.stderr == ("mt: error: configs/toy.yaml: unknown key 'train.lrr'; did you mean 'lr'? valid keys: "
                              "lr, warmup_steps, max_tokens, max_steps, max_minutes, label_smoothing, precision, "
-                             "device, clip_norm, accumulate, patience, valid_every, save_every, log_every, "
+                             "device, dist_backend, clip_norm, accumulate, patience, valid_every, save_every, log_every, "
                              "max_nonfinite, seed, threads\n")
 
 

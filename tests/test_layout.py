@@ -2,7 +2,7 @@
 import ast
 from pathlib import Path
 
-ORDER = ["config", "tokenizer", "toy", "data", "model", "checkpoint", "card", "decode", "evaluate", "train",
+ORDER = ["config", "tokenizer", "toy", "data", "model", "distributed", "checkpoint", "card", "decode", "evaluate", "train",
          "report", "cli"]
 PACKAGE = Path(__file__).resolve().parents[1] / "mt"
 
@@ -12,6 +12,8 @@ def mt_imports(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mt."):
             names.add(node.module.split(".")[1])
+        elif isinstance(node, ast.ImportFrom) and node.module == "mt":   # from mt import distributed
+            names |= {a.name for a in node.names}
         elif isinstance(node, ast.Import):
             names |= {a.name.split(".")[1] for a in node.names if a.name.startswith("mt.")}
     return names

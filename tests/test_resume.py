@@ -167,7 +167,7 @@ def test_checkpoints_hold_only_plain_data(tmp_path, tiny_config):
     train(tiny_config("train.max_steps=2"), run)
     ckpt = torch.load(run / "last.pt", weights_only=True)
     assert set(ckpt) == {"model", "optimizer", "scaler", "config", "vocab_size", "progress", "rng"}
-    assert set(ckpt["rng"]) >= {"python", "torch"}
+    assert len(ckpt["rng"]) == 1 and set(ckpt["rng"][0]) >= {"python", "torch"}  # one state per process
     assert ckpt["progress"]["step"] == 2 and ckpt["progress"]["batch_index"] == 4
 
     def plain(x):

@@ -1,0 +1,123 @@
+"""Data-parallel training under torchrun: who this process is, the process group, and the few
+collectives the training loop needs.
+
+`torchrun --nproc_per_node N -m mt train CONFIG` starts N copies of `mt train`; torchrun's RANK,
+WORLD_SIZE and LOCAL_RANK tell each which it is. Without torchrun, WORLD_SIZE is absent and every
+helper here is a no-op for a single process, so the training loop has one code path.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from mt.config import ConfigError
+
+TIMEOUT = timedelta(minutes=10)  # longest a rank waits for the others (rank 0 validates meanwhile)
+
+
+class RankFailure(RuntimeError):
+    """Another rank stopped answering (it failed or was killed); this one gives up too."""
+
+
+@dataclass(frozen=True)
+class Ranks:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        """Rank 0 writes logs, metrics, checkpoints and the card, and validates."""
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+
+def ranks_from_env() -> Ranks:
+    env = os.environ
+    return Ranks(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
+
+
+def start(ranks: Ranks, device: str, backend: str) -> torch.device:
+    """Pick this rank's device and join the process group (NCCL on CUDA, gloo on CPU by default)."""
+    gpus = torch.cuda.device_count()
+    use_cuda = device == "cuda" or (device == "auto" and gpus > 0)
+    if backend == "nccl" and gpus == 0:
+        raise ConfigError("train.dist_backend: nccl needs CUDA GPUs and none is visible; use gloo (or auto)")
+    if backend == "nccl" and not use_cuda:
+        raise ConfigError("train.dist_backend: nccl needs train.device cuda (or auto on a GPU machine)")
+    if use_cuda and ranks.local_rank >= gpus:
+        raise ConfigError(f"torchrun started more processes on this node than there are GPUs ({gpus} visible, "
+                          f"local rank {ranks.local_rank}); use --nproc_per_node {gpus} or fewer")
+    target = torch.device("cuda", ranks.local_rank) if use_cuda else torch.device("cpu")
+    if ranks.enabled and not dist.is_initialized():
+        if use_cuda:
+            torch.cuda.set_device(target)
+        chosen = backend if backend != "auto" else ("nccl" if use_cuda else "gloo")
+        dist.init_process_group(chosen, timeout=TIMEOUT, device_id=target if chosen == "nccl" else None)
+    return target
+
+
+def stop() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+COMMUNICATION_ERRORS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL",
+                        "timed out", "Timed out")
+
+
+@contextlib.contextmanager
+def peers_lost():
+    """Turn the error a rank gets when another rank died mid-collective (DDP's gradient all-reduce
+    included) into a RankFailure, so that it exits with one line instead of a traceback."""
+    try:
+        yield
+    except (RuntimeError, ConnectionError) as e:
+        if not dist.is_initialized() or not (isinstance(e, dist.DistError) or
+                                             any(s in str(e) for s in COMMUNICATION_ERRORS)):
+            raise
+        first = re.sub(r"^\[[^\]]*\] ", "", str(e).strip().splitlines()[0])[:160]
+        raise RankFailure(f"lost contact with the other processes ({first}); another rank probably failed: "
+                          f"see its error above") from None
+
+
+def _collective(fn, *args, **kwargs):
+    with peers_lost():
+        return fn(*args, **kwargs)
+
+
+def sum_across(values: list[float], ranks: Ranks, device: torch.device) -> list[float]:
+    """Element-wise sum of `values` over all ranks (float64, so token counts stay exact)."""
+    if not ranks.enabled:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    _collective(dist.all_reduce, t)
+    return t.tolist()
+
+
+def from_main(obj: Any, ranks: Ranks) -> Any:
+    """Rank 0's `obj` on every rank."""
+    if not ranks.enabled:
+        return obj
+    box = [obj]
+    _collective(dist.broadcast_object_list, box, src=0)
+    return box[0]
+
+
+def gather(obj: Any, ranks: Ranks) -> list[Any]:
+    """Every rank's `obj`, in rank order, on every rank."""
+    if not ranks.enabled:
+        return [obj]
+    out: list[Any] = [None] * ranks.world
+    _collective(dist.all_gather_object, out, obj)
+    return out

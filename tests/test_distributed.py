@@ -1,0 +1,117 @@
+"""Data-parallel training under torchrun on CPU (gloo, 2 processes) against single-process accumulation."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mt.config import ConfigError
+from mt.distributed import Ranks, start
+
+ROOT = Path(__file__).resolve().parents[1]
+DRIVER = ROOT / "tests" / "ddp_driver.py"
+# 450-token batches give 27 batches an epoch: an odd number, so one rank gets none in the epoch's last
+# update, and 16 updates of 2 batches cross into epoch 2
+TINY = ["model.d_model=32", "model.d_ff=64", "model.layers=1", "tokenizer.vocab_size=200", "train.max_tokens=450",
+        "train.threads=1", "train.log_every=2", "train.valid_every=5", "model.dropout=0.0", "data.corpus=files"]
+
+
+def launch(out: Path, run: Path, sets: list[str], nproc: int, env: dict | None = None) -> subprocess.CompletedProcess:
+    """tests/ddp_driver.py under torchrun (nproc > 1) or plain python; weights after each step go to `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    args = [str(DRIVER), str(out), "train", "configs/toy.yaml", "--run-dir", str(run)]
+    for item in sets:
+        args += ["--set", item]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
+        if nproc > 1 else [sys.executable]
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run(launcher + args, capture_output=True, text=True, cwd=ROOT, env=full_env, timeout=600)
+
+
+def losses(run: Path) -> list[tuple[int, float]]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in rows if "loss" in r]
+
+
+@pytest.fixture(scope="module")
+def ddp_and_single(small_corpus, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp")
+    sets = TINY + [f"data.dir={small_corpus}", "train.max_steps=16"]
+    ddp = launch(root / "ddp-steps", root / "ddp", sets, nproc=2)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    single = launch(root / "single-steps", root / "single", sets + ["train.accumulate=2"], nproc=1)
+    assert single.returncode == 0, single.stderr[-3000:]
+    return root, sets
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_process_accumulating_their_batches(ddp_and_single):
+    root, _ = ddp_and_single
+    for step in range(1, 17):
+        a = torch.load(root / "ddp-steps" / f"step-{step}.pt", weights_only=True)
+        b = torch.load(root / "single-steps" / f"step-{step}.pt", weights_only=True)
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=f"step {step}: {name}")
+    assert losses(root / "ddp") == losses(root / "single")  # losses and token counts are all-reduced
+    log = (root / "ddp" / "train.log").read_text()
+    assert "processes 2" in log and log.count("model: ") == 1  # one log, written by rank 0 alone
+    assert log.count("epoch 1: 27 batches") == 1
+    card = json.loads((root / "ddp" / "card.json").read_text())
+    assert card["hardware"]["processes"] == 2 and card["training"]["epochs"] == 2
+
+
+@pytest.mark.slow
+def test_only_rank_zero_writes(ddp_and_single):
+    root, _ = ddp_and_single
+    files = sorted(p.name for p in (root / "ddp").iterdir())
+    assert files == ["best.pt", "card.json", "config.yaml", "last.pt", "metrics.jsonl", "spm.model", "train.log"]
+    steps = [s for s, _ in losses(root / "ddp")]
+    assert steps == sorted(set(steps))  # one metrics writer: no duplicated rows
+    assert len(torch.load(root / "ddp" / "last.pt", weights_only=True)["rng"]) == 2  # both ranks' RNG states
+
+
+@pytest.mark.slow
+def test_resume_under_torchrun_is_exact(ddp_and_single):
+    root, sets = ddp_and_single
+    first = launch(root / "r-steps", root / "resumed", sets[:-1] + ["train.max_steps=7"], nproc=2)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = launch(root / "r-steps", root / "resumed", sets, nproc=2)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming" in second.stderr and "step 7" in second.stderr
+    a = torch.load(root / "ddp" / "last.pt", weights_only=True)["model"]
+    b = torch.load(root / "resumed" / "last.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert losses(root / "ddp") == losses(root / "resumed")
+
+
+@pytest.mark.slow
+def test_a_failing_rank_stops_the_others(small_corpus, tmp_path):
+    result = launch(tmp_path / "steps", tmp_path / "run", TINY + [f"data.dir={small_corpus}", "train.max_steps=50"],
+                    nproc=2, env={"FAIL_RANK": "1"})
+    assert result.returncode != 0
+    assert "RuntimeError: injected failure" in result.stderr       # rank 1's own error
+    assert "mt: error: [rank 0] lost contact with the other processes (" in result.stderr
+    assert "another rank probably failed: see its error above" in result.stderr
+
+
+def test_nccl_without_gpus_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(ConfigError) as e:
+        start(Ranks(0, 2, 0), "auto", "nccl")
+    assert str(e.value) == "train.dist_backend: nccl needs CUDA GPUs and none is visible; use gloo (or auto)"
+
+
+def test_more_processes_than_gpus_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ConfigError) as e:
+        start(Ranks(2, 3, 2), "cuda", "auto")
+    assert str(e.value) == ("torchrun started more processes on this node than there are GPUs (2 visible, local "
+                            "rank 2); use --nproc_per_node 2 or fewer")
+
+
+def test_single_process_needs_no_process_group():
+    assert start(Ranks(), "cpu", "auto") == torch.device("cpu")
+    assert not torch.distributed.is_initialized()
