@@ -126,7 +126,8 @@ def cmd_report(args: argparse.Namespace) -> None:
 
     _setup_logging()
     out, plots = write_report(args.runs, args.out, args.setting)
-    print(f"wrote {out}" + ("; plots skipped: matplotlib is not installed" if plots.startswith("Plots skipped") else ""))
+    skipped = "; plots skipped: matplotlib is not installed" if plots.startswith("Plots skipped") else ""
+    print(f"wrote {out}{skipped}")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:

@@ -540,7 +540,8 @@ class Trainer:
                     "best_step": p.best_step, "best_val_bleu": p.best_bleu, "best_val_chrf": p.best_chrf,
                     "nonfinite_skipped": p.nonfinite_total, "stopped": interrupted or stop}
         update_card(self.run_dir, config=config_section(self.cfg), parameters=count_parameters(self.model),
-                    precision=self.cfg.train.precision, code=code_version(), hardware=hardware(self.device, self.ranks.world),
+                    precision=self.cfg.train.precision, code=code_version(),
+                    hardware=hardware(self.device, self.ranks.world),
                     training=training)
 
 
