@@ -19,6 +19,8 @@ from mt.tokenizer import Tokenizer, load_tokenizer
 
 
 def atomic_save(obj: dict, path: str | Path) -> None:
+    """torch.save to a temporary file beside `path`, fsync, rename over `path`, fsync the folder: a
+    crash at any point leaves either the old file or the new one, never a mix."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
@@ -26,6 +28,11 @@ def atomic_save(obj: dict, path: str | Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # make the rename itself durable
+    finally:
+        os.close(folder)
 
 
 REQUIRED_KEYS = ("model", "config", "vocab_size")

@@ -51,7 +51,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     log.info("run directory %s", run_dir)
     result = train(cfg, run_dir, force_new=args.force_new)
     if result["interrupted"] and _rank() == 0:
-        again = " ".join(["mt", "train", args.config, "--run-dir", str(run_dir), *(f"--set {s}" for s in args.set)])
+        world = int(os.environ.get("WORLD_SIZE", 1))
+        launcher = [f"torchrun --nproc_per_node {world} -m mt"] if world > 1 else ["mt"]
+        again = " ".join([*launcher, "train", args.config, "--run-dir", str(run_dir),
+                          *(f"--set {s}" for s in args.set)])
         print(f"mt: training stopped by {result['interrupted']} at step {result['step']}; resume with: {again}",
               file=sys.stderr)
     return EXIT_ON_SIGNAL.get(result["interrupted"], 0)

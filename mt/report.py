@@ -30,10 +30,7 @@ class Run:
     path: Path
     card: dict
     metrics: list[dict]
-
-    @property
-    def label(self) -> str:
-        return self.path.name
+    label: str = ""   # the folder name, or the whole path where two runs share a folder name
 
     def result(self, setting: str) -> dict | None:
         return self.card.get("results", {}).get(setting)
@@ -54,6 +51,9 @@ def load_runs(paths: list[str | Path]) -> list[Run]:
         runs.append(Run(path, card, rows))
     if len({r.path.resolve() for r in runs}) != len(runs):
         raise ConfigError("the same run directory is given twice")
+    names = [r.path.name for r in runs]
+    for run in runs:
+        run.label = run.path.name if names.count(run.path.name) == 1 else str(run.path)
     return runs
 
 

@@ -143,7 +143,7 @@ EMPTY_WINDOW = {"loss": 0.0, "nll": 0.0, "tgt": 0, "tokens": 0, "seconds": 0.0}
 # Keys a resumed run may change: they decide when to stop, log, save or validate, not what is learned.
 RESUMABLE_KEYS = ("name", "base", "train.max_steps", "train.max_minutes", "train.patience", "train.valid_every",
                   "train.save_every", "train.log_every", "train.max_nonfinite", "train.threads",
-                  "train.device", "decode")
+                  "train.device", "train.dist_backend", "decode")
 
 
 class TrainingError(RuntimeError):

@@ -1,6 +1,7 @@
 """Bad input: one line naming the file, line or key, exit code 2, and a run directory left as it was.
 Odd translate input: always one output line per input line."""
 import hashlib
+import io
 import os
 import shutil
 import subprocess
@@ -157,6 +158,23 @@ def test_not_a_checkpoint(capsys, tmp_path):
     code, err = run_main(capsys, "translate", "--run", str(tmp_path))
     assert code == 2
     assert err == f"mt: error: {tmp_path}/best.pt: damaged or not a checkpoint; delete it or train again\n"
+
+
+@pytest.mark.parametrize("data,lines,warning", [
+    (b"eins\r\nzwei\r\n", 2, ""),                                        # CRLF
+    (b"eins\nzwei", 2, ""),                                                 # no final newline
+    (b"\n\n   \n\t\n", 4, ""),                                              # empty and blank lines
+    (b"gut\nkaputt \xc3\x28 \xff\n", 2, "<stdin>: invalid UTF-8 on line 2, replaced with U+FFFD"),
+    (b"a\x00b\x07c\x1b[0m\x7f\n", 1, ""),                                   # control characters
+    ("eins\u2028zwei\x85drei\x0cvier\n".encode(), 1, ""),                   # not line breaks
+    (("der Hund " * 200 + "\nkurz\n").encode(), 2, "more than the 64 this model takes; translated in"),
+])
+def test_translate_odd_input_kinds(trained, capsys, monkeypatch, data, lines, warning):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert main(["translate", "--run", str(trained[0])]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("\n") == lines and (out.endswith("\n") or not out)
+    assert warning in err and "Traceback" not in err
 
 
 def test_translate_survives_odd_input(trained):
