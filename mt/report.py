@@ -3,7 +3,7 @@
 One row per run (from card.json), the config keys that differ between runs, and sacreBLEU's paired
 bootstrap resampling of BLEU and chrF of every run against the first, on the same test set and
 decoding setting. Runs scored on other references or with other metric signatures are listed but not
-compared, and the report says why. Plots (training loss and val BLEU against steps and wall time)
+compared, and the report says why. Plots (training NLL and val BLEU against steps and wall time)
 need matplotlib, the optional `plot` extra; without it the report says they were skipped.
 """
 from __future__ import annotations
@@ -164,7 +164,8 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
 
 
 def plot_curves(runs: list[Run], path: Path) -> None:
-    """Training loss and val BLEU against steps and against wall time, all runs on each panel."""
+    """Training NLL and val BLEU against steps and against wall time, all runs on each panel. The NLL,
+    not the label-smoothed loss, so that runs with different smoothing share a scale."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -175,10 +176,10 @@ def plot_curves(runs: list[Run], path: Path) -> None:
         vals = [r for r in run.metrics if "val_bleu" in r]
         for col, x in enumerate(("step", "elapsed_s")):
             scale = 1 if x == "step" else 1 / 60
-            axes[0][col].plot([r[x] * scale for r in logs], [r["loss"] for r in logs], label=run.label)
+            axes[0][col].plot([r[x] * scale for r in logs], [r["nll"] for r in logs], label=run.label)
             axes[1][col].plot([r[x] * scale for r in vals], [r["val_bleu"] for r in vals], marker="o", label=run.label)
     for col, xlabel in enumerate(("step", "wall clock (minutes)")):
-        axes[0][col].set(xlabel=xlabel, ylabel="training loss (label-smoothed)")
+        axes[0][col].set(xlabel=xlabel, ylabel="training NLL (unsmoothed)")
         axes[1][col].set(xlabel=xlabel, ylabel="validation BLEU (greedy)")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
@@ -196,7 +197,7 @@ def write_report(paths: list[str | Path], out: str | Path, setting: str = "test"
     png = out.with_name(out.stem + "-curves.png")
     try:
         plot_curves(runs, png)
-        plots = f"![training loss and validation BLEU]({png.name})"
+        plots = f"![training NLL and validation BLEU]({png.name})"
     except ImportError:
         plots = "Plots skipped: matplotlib is not installed (`pip install -e '.[plot]'`)."
     out.write_text(render(runs, setting, plots), encoding="utf-8")

@@ -67,7 +67,7 @@ def test_report_rows_keys_and_p_value(two_runs, tmp_path):
     assert 0.0 <= float(p_bleu) <= 1.0 and rows["ls01"].split("|")[11].strip() == "–"  # baseline has no p
     assert "`ls0` vs `ls01`: BLEU" in text and text.count("★") == 2  # legend + the best row
     assert (tmp_path / "report-curves.png").read_bytes()[:4] == b"\x89PNG"
-    assert plots == "![training loss and validation BLEU](report-curves.png)"
+    assert plots == "![training NLL and validation BLEU](report-curves.png)"
 
 
 @pytest.mark.slow
