@@ -127,3 +127,17 @@ def test_cross_attention_weights_reproduce_the_attention_output(small_model):
     mixed = layer.weights(x, k, mask) @ v                            # (B, H, T, Dh)
     B, H, T, Dh = mixed.shape
     torch.testing.assert_close(layer.out_proj(mixed.transpose(1, 2).reshape(B, T, H * Dh)), seen["out"])
+
+
+@pytest.mark.slow
+def test_evaluate_rebuilds_a_missing_card_from_metrics(two_runs, tmp_path):
+    run = tmp_path / "old"
+    shutil.copytree(two_runs[0], run)
+    (run / "card.json").unlink()  # as for a run trained before cards existed
+    evaluate_run(run, "test", "cpu")
+    card = json.loads((run / "card.json").read_text())
+    assert card["training"]["rebuilt_from_metrics"] is True
+    assert (card["training"]["steps"], card["training"]["epochs"]) == (30, 1)
+    assert card["training"]["best_val_bleu"] == json.loads((two_runs[0] / "card.json").read_text())[
+        "training"]["best_val_bleu"]
+    assert card["code"]["recorded_by"] == "evaluate" and "test" in card["results"]
