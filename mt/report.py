@@ -103,10 +103,13 @@ def _p(p: float | None) -> str:
     return f"{p:.4f}" + (" *" if p < P_THRESHOLD else "")
 
 
-def _verdict(name: str, delta: float, p: float) -> str:
+def _verdict(name: str, base: float, score: float, ci: float, p: float) -> str:
+    """One metric's line: the change, the run's bootstrap 95% CI half-width, and the p-value."""
+    delta, spread = score - base, f"{base:.2f} -> {score:.2f} ± {ci:.2f}"
     if p < P_THRESHOLD:
-        return f"{name} {'better' if delta > 0 else 'worse'} by {abs(delta):.2f} (p = {p:.4f} < {P_THRESHOLD})"
-    return f"{name} {delta:+.2f}, not significant (p = {p:.4f})"
+        direction = "better" if delta > 0 else "worse"
+        return f"{name} {direction} by {abs(delta):.2f} ({spread}; p = {p:.4f} < {P_THRESHOLD})"
+    return f"{name} {delta:+.2f}, not significant ({spread}; p = {p:.4f})"
 
 
 def render(runs: list[Run], setting: str, plots: str) -> str:
@@ -123,7 +126,8 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
     out += [f"Baseline: `{runs[0].path}`. {base['sentences']} sentences, references sha256 "
             f"`{base['refs_sha256'][:12]}`, beam {base['beam']}, length penalty {base['length_penalty']}. "
             f"p: sacreBLEU paired bootstrap resampling ({BOOTSTRAP_SAMPLES} resamples) against the baseline; "
-            f"* = p < {P_THRESHOLD}. ★ = best BLEU.", ""]
+            f"* = p < {P_THRESHOLD}; ± = half-width of the run's bootstrap 95% confidence interval. ★ = best BLEU.",
+            ""]
     for run, why in zip(runs, problems):
         if why:
             out += [f"> **Not compared:** `{run.path}` was {why} than the baseline; its scores are shown "
@@ -146,8 +150,9 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
     out += ["", "## Verdict", ""]
     for run in comparable[1:]:
         r, b = tests[run.label], tests[runs[0].label]
-        out.append(f"- `{run.label}` vs `{runs[0].label}`: {_verdict('BLEU', r['bleu'] - b['bleu'], r['bleu_p'])}; "
-                   f"{_verdict('chrF', r['chrf'] - b['chrf'], r['chrf_p'])}.")
+        out.append(f"- `{run.label}` vs `{runs[0].label}`: "
+                   f"{_verdict('BLEU', b['bleu'], r['bleu'], r['bleu_ci'], r['bleu_p'])}; "
+                   f"{_verdict('chrF', b['chrf'], r['chrf'], r['chrf_ci'], r['chrf_p'])}.")
     if len(comparable) < 2:
         out.append("- Nothing to test: fewer than two comparable runs.")
     out += ["", "## Runs", ""]
