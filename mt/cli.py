@@ -95,11 +95,9 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from mt.model import resolve_device
 
     _setup_logging()
-    if args.input and not Path(args.input).is_file():
-        raise ConfigError(f"{args.input}: input file not found")
+    lines = _read_input(args.input)  # first, so that a missing input file is reported before loading
     cfg, tokenizer, model = load_run(args.run, overrides=_decode_overrides(args))
     device = resolve_device(args.device)
-    lines = _read_input(args.input)
     found = translate_nbest(model.to(device), tokenizer, lines, cfg.decode, device,
                             max_source_pieces=cfg.data.max_len)
     if cfg.decode.n_best == 1:

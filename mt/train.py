@@ -34,7 +34,7 @@ from mt.checkpoint import atomic_save, load_checkpoint
 from mt.config import ConfigError, RunConfig, config_differences, config_to_dict, save_config
 from mt.data import Batch, drop_long_pairs, epoch_batches, fill_ratio, load_split, make_batch, token_batches
 from mt.evaluate import score, translate_lines
-from mt.model import Seq2Seq, count_parameters, resolve_device
+from mt.model import Seq2Seq, count_parameters
 from mt.tokenizer import PAD, Tokenizer, load_tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)

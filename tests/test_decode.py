@@ -1,6 +1,5 @@
 """Greedy decoding on the cache, batching of lines, and the sacreBLEU wrapper."""
 import pytest
-import torch
 
 from mt.config import DecodeConfig
 from mt.data import source_batch

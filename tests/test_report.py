@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mt.cli import main
-from mt.config import ConfigError, load_config
+from mt.config import load_config
 from mt.data import make_batch
 from mt.evaluate import evaluate_run
 from mt.report import write_report

@@ -1,5 +1,4 @@
 """Never lose work: exact resume, crash-safe checkpoints, signals, non-finite losses, safe loading."""
-import hashlib
 import json
 import os
 import pickle
@@ -49,10 +48,6 @@ def assert_same_weights(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
-
-
-def file_hashes(run: Path) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.iterdir()) if p.is_file()}
 
 
 def mt_cli(*args: str, **kw) -> subprocess.CompletedProcess:
