@@ -95,9 +95,12 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from mt.model import resolve_device
 
     _setup_logging()
-    lines = _read_input(args.input)  # first, so that a missing input file is reported before loading
+    # an input file is read before the model loads (a wrong path fails fast); stdin after (a bad run
+    # directory is reported before waiting on a terminal)
+    lines = _read_input(args.input) if args.input else None
     cfg, tokenizer, model = load_run(args.run, overrides=_decode_overrides(args))
     device = resolve_device(args.device)
+    lines = lines if lines is not None else _read_input(None)
     found = translate_nbest(model.to(device), tokenizer, lines, cfg.decode, device,
                             max_source_pieces=cfg.data.max_len)
     if cfg.decode.n_best == 1:
