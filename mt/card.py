@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from mt.config import RunConfig, base_config, config_differences, config_to_dict
+from mt.files import write_text
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 NOT_TRAINING = ("name", "base")  # keys that do not change what is trained or how it is scored
@@ -73,9 +74,7 @@ def update_card(run_dir: str | Path, **sections) -> dict:
     """Replace the given top-level sections of DIR/card.json (created if missing), atomically."""
     path = Path(run_dir) / "card.json"
     card = {**read_card(run_dir), **sections}
-    tmp = path.with_name(".card.json.tmp")
-    tmp.write_text(json.dumps(card, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_text(path, json.dumps(card, indent=2) + "\n")
     return card
 
 

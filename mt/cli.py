@@ -22,19 +22,16 @@ def _rank() -> int:
     return int(os.environ.get("RANK", 0))
 
 
-def _setup_logging(log_file: Path | None = None) -> None:
-    """INFO to stderr (and `log_file`); under torchrun only rank 0 logs INFO and writes the file."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+def _setup_logging() -> None:
+    """INFO to stderr; under torchrun only rank 0 logs INFO. (Training adds DIR/train.log itself, once
+    the run directory may be written.)"""
+    from mt.rundir import LOG_FORMAT
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LOG_FORMAT)
     if _rank() > 0:
-        handlers[0].setLevel(logging.WARNING)
-        log_file = None
-    if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
-    for h in handlers:
-        h.setFormatter(fmt)
-    log.handlers[:] = handlers
+        handler.setLevel(logging.WARNING)
+    log.handlers[:] = [handler]
     log.setLevel(logging.INFO)
     log.propagate = False
 
@@ -43,13 +40,16 @@ EXIT_ON_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}  # the shell's 128 + signal num
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from mt.distributed import stop
     from mt.train import train
 
     cfg = load_config(args.config, args.set)
     run_dir = Path(args.run_dir or Path("runs") / cfg.name)
-    _setup_logging(run_dir / "train.log")
-    log.info("run directory %s", run_dir)
-    result = train(cfg, run_dir, force_new=args.force_new)
+    _setup_logging()
+    try:
+        result = train(cfg, run_dir, force_new=args.force_new)
+    finally:
+        stop()  # the process group outlives everything train() made (DDP must go first)
     if result["interrupted"] and _rank() == 0:
         world = int(os.environ.get("WORLD_SIZE", 1))
         launcher = [f"torchrun --nproc_per_node {world} -m mt"] if world > 1 else ["mt"]
@@ -90,9 +90,9 @@ def _read_input(path: str | None) -> list[str]:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    from mt.checkpoint import load_run
-    from mt.evaluate import translate_nbest
-    from mt.model import resolve_device
+    from mt.distributed import resolve_device
+    from mt.rundir import load_run
+    from mt.translate import translate_nbest
 
     _setup_logging()
     # an input file is read before the model loads (a wrong path fails fast); stdin after (a bad run
@@ -109,7 +109,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, hyps in enumerate(found) for text, score in hyps]
     text = "".join(line + "\n" for line in out)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        from mt.files import write_text
+        write_text(args.output, text)
     else:
         sys.stdout.write(text)
 
@@ -135,10 +136,10 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
-    from mt.checkpoint import load_run
+    from mt.distributed import resolve_device
     from mt.evaluate import attention_for
-    from mt.model import resolve_device
     from mt.report import plot_attention
+    from mt.rundir import load_run
 
     _setup_logging()
     cfg, tokenizer, model = load_run(args.run)
@@ -209,6 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
+    except KeyboardInterrupt:  # a second Ctrl-C while training, or one in any other command
+        if args.debug:
+            raise
+        print("mt: interrupted; files are written whole or not at all, so every checkpoint is intact",
+              file=sys.stderr)
+        return EXIT_ON_SIGNAL["SIGINT"]
     except (ConfigError, DataError, TrainingError, RankFailure) as e:
         if args.debug:
             raise

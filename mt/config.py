@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from mt.files import write_text
 
 class ConfigError(ValueError):
     """A problem with the user's config or command line that the user can fix."""
@@ -74,6 +75,7 @@ class TrainConfig:
     accumulate: int = _range(1, 1)       # batches per optimizer step
     patience: int = _range(0, 0)         # validations without BLEU gain before stopping; 0 = off
     valid_every: int = _range(500, 1)
+    valid_beam: int = _range(1, 1)       # beam of validation decoding, which best.pt is best at; fixed for a run
     save_every: int = _range(0, 0)       # also write last.pt every N steps; 0 = at validations only
     log_every: int = _range(50, 1)
     max_nonfinite: int = _range(5, 1)    # updates in a row with a non-finite loss before training stops
@@ -289,4 +291,4 @@ def config_differences(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> di
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), encoding="utf-8")
+    write_text(path, yaml.safe_dump(config_to_dict(cfg), sort_keys=False))

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from mt.config import DataConfig
+from mt.files import write_bytes
 from mt.tokenizer import BOS, EOS, PAD
 from mt.toy import toy_corpus
 
@@ -102,9 +103,7 @@ def _download(manifest: dict, dest: Path) -> None:
         except OSError as e:
             raise DataError(f"cannot download {url} ({e}); set MT_DATA_DIR to a folder holding "
                             f"multi30k/{{train,val,test2016}}.{{de,en}}.gz") from None
-        tmp = target.with_suffix(".part")
-        tmp.write_bytes(payload)
-        os.replace(tmp, target)
+        write_bytes(target, payload)
 
 
 def multi30k_dir(data_dir: str = "", manifest_path: Path = MANIFEST) -> Path:
@@ -229,6 +228,33 @@ def epoch_batches(src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens
     rng = random.Random(seed * 100_003 + epoch)
     groups = token_batches([len(s) + 1 for s in src_ids], [len(t) + 1 for t in tgt_ids], max_tokens, rng)
     return [make_batch([src_ids[i] for i in g], [tgt_ids[i] for i in g]) for g in groups]
+
+
+class BatchStream:
+    """The training batches, epoch after epoch, each epoch in its seeded order. A position is
+    (epoch from 1, batches of that epoch already taken), all a checkpoint needs to resume the stream."""
+
+    def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens: int, seed: int):
+        self.src_ids, self.tgt_ids, self.max_tokens, self.seed = src_ids, tgt_ids, max_tokens, seed
+        self.epoch, self.batches = 0, []  # the epoch whose batches are built
+
+    def _epoch(self, epoch: int) -> list[Batch]:
+        if epoch != self.epoch:
+            self.epoch, self.batches = epoch, epoch_batches(self.src_ids, self.tgt_ids, self.max_tokens,
+                                                            self.seed, epoch)
+        return self.batches
+
+    def take(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:
+        """Up to n batches from position (epoch, index), moving to the next epoch at an epoch's end
+        (epoch 0 = not started); returns them and the position after them."""
+        epoch = max(epoch, 1)
+        if index >= len(self._epoch(epoch)):
+            epoch, index = epoch + 1, 0
+        batches = self._epoch(epoch)
+        if epoch == 1 and index == 0:
+            log.info("epoch 1: %d batches, non-pad fraction %.3f", len(batches), fill_ratio(batches))
+        group = batches[index: index + n]
+        return group, epoch, index + len(group)
 
 
 def fill_ratio(batches: list[Batch]) -> float:

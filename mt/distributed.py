@@ -1,4 +1,4 @@
-"""Data-parallel training under torchrun: who this process is, the process group, and the few
+"""Where a process runs: its device, and under torchrun who it is, the process group, and the few
 collectives the training loop needs.
 
 `torchrun --nproc_per_node N -m mt train CONFIG` starts N copies of `mt train`; torchrun's RANK,
@@ -45,6 +45,13 @@ class Ranks:
 def ranks_from_env() -> Ranks:
     env = os.environ
     return Ranks(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda when available, else cpu."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
 
 
 def start(ranks: Ranks, device: str, backend: str) -> torch.device:

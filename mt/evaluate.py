@@ -1,114 +1,26 @@
-"""Text in, text out, and scores: translate lines with a model, score with sacreBLEU.
-
-Translation sorts lines by length into token-budget batches and restores the input order, so the
-output has exactly one line per input line (empty input -> empty output).
+"""Evaluating a run: translate a split with its checkpoint, score it, and record the result (eval
+files and the run card); and the cross-attention of one translation for `mt attention`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
-from sacrebleu.metrics import BLEU, CHRF
 from torch import Tensor
 
 from mt.card import code_version, config_section, hardware, read_card, result_key, update_card
-from mt.checkpoint import load_run
 from mt.config import DecodeConfig, RunConfig
-from mt.data import load_split, normalize, source_batch, token_batches
-from mt.decode import Hypothesis, beam_search, greedy_decode
-from mt.model import Seq2Seq, count_parameters, resolve_device
+from mt.data import load_split, normalize, source_batch
+from mt.decode import greedy_decode
+from mt.distributed import resolve_device
+from mt.files import write_text
+from mt.model import Seq2Seq, count_parameters
+from mt.rundir import load_run
 from mt.tokenizer import BOS, Tokenizer
-
-log = logging.getLogger(__name__)
-
-
-def split_pieces(ids: list[int], limit: int, starts_word: Callable[[int], bool]) -> list[list[int]]:
-    """Cut a too-long piece sequence into parts of at most `limit` pieces, each cut before a word
-    start where one lies in the second half of the part (else mid-word)."""
-    parts = []
-    while len(ids) > limit:
-        cut = next((j for j in range(limit, limit // 2, -1) if starts_word(ids[j])), limit)
-        parts.append(ids[:cut])
-        ids = ids[cut:]
-    return parts + [ids]
-
-
-def _join(hyps: list[Hypothesis]) -> Hypothesis:
-    return Hypothesis([t for h in hyps for t in h.tokens], sum(h.score for h in hyps), sum(h.logprob for h in hyps))
-
-
-@torch.inference_mode()
-def search_lines(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: DecodeConfig,
-                 device: torch.device | str = "cpu", use_cache: bool = True,
-                 max_source_pieces: int | None = None) -> list[list[Hypothesis]]:
-    """Decode raw lines with greedy (cfg.beam == 1) or beam search: cfg.n_best hypotheses per line.
-
-    Lines are sorted by length into batches of about cfg.batch_tokens source tokens (divided by the
-    beam), and the results put back in input order; an empty line gets one empty hypothesis. A line
-    longer than `max_source_pieces` (and the model's positions) is translated in parts, with a
-    warning; its parts' 1-best translations are joined into its one hypothesis.
-    """
-    was_training = model.training
-    model.eval()
-    limit = min(max_source_pieces or model.cfg.max_positions, model.cfg.max_positions - 1)  # room for eos
-    owner: list[int] = []        # input line of each part
-    parts: list[list[int]] = []
-    for i, ids in enumerate(tokenizer.encode([normalize(line) for line in lines])):
-        pieces = split_pieces(ids, limit, tokenizer.starts_word) if ids else []
-        if len(pieces) > 1:
-            log.warning("line %d: %d pieces, more than the %d this model takes; translated in %d parts",
-                        i + 1, len(ids), limit, len(pieces))
-        owner += [i] * len(pieces)
-        parts += pieces
-    lengths = [len(p) + 1 for p in parts]
-    found: list[list[Hypothesis]] = [[] for _ in parts]
-    for group in token_batches(lengths, lengths, max(cfg.batch_tokens // cfg.beam, 1)):
-        src, src_mask = (t.to(device) for t in source_batch([parts[g] for g in group]))
-        if cfg.beam == 1:
-            hyps = [[h] for h in greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b, use_cache)]
-        else:
-            hyps = beam_search(model, src, src_mask, cfg.beam, cfg.max_len_a, cfg.max_len_b,
-                               cfg.length_penalty, cfg.n_best, use_cache)
-        for g, h in zip(group, hyps):
-            found[g] = h
-    model.train(was_training)
-    by_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
-    for i, hyps in zip(owner, found):
-        by_line[i].append(hyps)
-    return [line[0] if len(line) == 1 else [_join([h[0] for h in line]) if line else Hypothesis([], 0.0, 0.0)]
-            for line in by_line]
-
-
-def translate_lines(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: DecodeConfig,
-                    device: torch.device | str = "cpu", max_source_pieces: int | None = None) -> list[str]:
-    """Translate raw lines; returns exactly len(lines) lines (the 1-best) in input order."""
-    found = search_lines(model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces)
-    return tokenizer.decode([hyps[0].tokens for hyps in found])
-
-
-def translate_nbest(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: DecodeConfig,
-                    device: torch.device | str = "cpu", max_source_pieces: int | None = None
-                    ) -> list[list[tuple[str, float]]]:
-    """Up to cfg.n_best (text, score) pairs per input line, best first."""
-    found = search_lines(model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces)
-    return [list(zip(tokenizer.decode([h.tokens for h in hyps]), (h.score for h in hyps))) for hyps in found]
-
-
-def score(hypotheses: list[str], *references: list[str]) -> dict:
-    """Cased, detokenized corpus BLEU (13a) and chrF on the 0-100 scale, with signatures.
-
-    Each of `references` is one reference stream, line-aligned with `hypotheses`.
-    """
-    bleu, chrf = BLEU(), CHRF()
-    b = bleu.corpus_score(hypotheses, list(references))
-    c = chrf.corpus_score(hypotheses, list(references))
-    return {"bleu": b.score, "chrf": c.score, "bleu_signature": str(bleu.get_signature()),
-            "chrf_signature": str(chrf.get_signature()), "sentences": len(hypotheses),
-            "length_ratio": b.sys_len / max(b.ref_len, 1)}
+from mt.translate import score, translate_lines
 
 
 def lines_sha256(lines: list[str]) -> str:
@@ -132,9 +44,9 @@ def evaluate_run(run_dir: str | Path, split: str = "test", device: str = "auto",
     result = {"split": split, "beam": cfg.decode.beam, "length_penalty": cfg.decode.length_penalty,
               **score(hyps, ref), "refs_sha256": lines_sha256(ref), "hyp_file": f"hyp-{key}.txt",
               "ref_file": f"ref-{split}.txt"}
-    (run_dir / result["hyp_file"]).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    (run_dir / result["ref_file"]).write_text("".join(r + "\n" for r in ref), encoding="utf-8")
-    (run_dir / f"eval-{key}.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_text(run_dir / result["hyp_file"], "".join(h + "\n" for h in hyps))
+    write_text(run_dir / result["ref_file"], "".join(r + "\n" for r in ref))
+    write_text(run_dir / f"eval-{key}.json", json.dumps(result, indent=2) + "\n")
     card = read_card(run_dir)
     sections = {} if "training" in card else describe_untracked_run(run_dir, cfg, model)
     update_card(run_dir, **sections, results={**card.get("results", {}), key: result})

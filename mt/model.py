@@ -282,9 +282,3 @@ class Seq2Seq(nn.Module):
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
-
-def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)

@@ -19,6 +19,7 @@ from sacrebleu.significance import PairedTest
 
 from mt.card import read_card
 from mt.config import ConfigError, flatten
+from mt.files import write_text
 
 P_THRESHOLD = 0.05
 BOOTSTRAP_SAMPLES = 1000
@@ -82,8 +83,12 @@ def paired_bootstrap(runs: list[Run], setting: str) -> list[dict]:
                       n_samples=BOOTSTRAP_SAMPLES)
     _, scores = test()
     bleu_key, chrf_key = [k for k in scores if k != "System"]
-    return [{"bleu": b.score, "bleu_p": b.p_value, "bleu_ci": b.ci, "chrf": c.score, "chrf_p": c.p_value,
-             "chrf_ci": c.ci} for b, c in zip(scores[bleu_key], scores[chrf_key])]
+    results = [{"bleu": b.score, "bleu_p": b.p_value, "bleu_ci": b.ci, "chrf": c.score, "chrf_p": c.p_value,
+                "chrf_ci": c.ci} for b, c in zip(scores[bleu_key], scores[chrf_key])]
+    for (_, hyps), result in zip(systems[1:], results[1:]):
+        if hyps == systems[0][1]:  # sacreBLEU counts resampled differences > 0, so no difference at all
+            result["bleu_p"] = result["chrf_p"] = 1.0  # would get its smallest p, 1 / (resamples + 1)
+    return results
 
 
 def differing_keys(runs: list[Run]) -> dict[str, list]:
@@ -132,21 +137,7 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
         if why:
             out += [f"> **Not compared:** `{run.path}` was {why} than the baseline; its scores are shown "
                     f"but no p-value is computed.", ""]
-    keys = differing_keys(runs)
-    out += ["| run | config (hash) | params | steps | epochs | wall | tok/s | best step | val BLEU | BLEU | p | "
-            "chrF | p | len ratio |" + "".join(f" `{k}` |" for k in keys),
-            "|" + "---|" * (14 + len(keys))]
-    for i, run in enumerate(runs):
-        c, t, res = run.card, run.card.get("training", {}), run.result(setting) or {}
-        test = tests.get(run.label, {})
-        mark = " ★" if run is best else ""
-        out.append(
-            f"| {run.label}{mark} | {c['config']['name']} ({c['config']['hash'][:8]}) | {c['parameters'] / 1e6:.2f}M "
-            f"| {t.get('steps', '–')} | {t.get('epochs', '–')} | {_fmt(t.get('wall_s'), '.0f')} s "
-            f"| {_fmt(t.get('tokens_per_s'), '.0f')} | {t.get('best_step', '–')} | {_fmt(t.get('best_val_bleu'))} "
-            f"| {_fmt(res.get('bleu'))} | {_p(test.get('bleu_p'))} | {_fmt(res.get('chrf'))} "
-            f"| {_p(test.get('chrf_p'))} | {_fmt(res.get('length_ratio'), '.3f')} |"
-            + "".join(f" {keys[k][i]} |" for k in keys))
+    out += _table(runs, setting, tests, best)
     out += ["", "## Verdict", ""]
     for run in comparable[1:]:
         r, b = tests[run.label], tests[runs[0].label]
@@ -166,6 +157,26 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
     out += ["", "## Signatures", "", f"- BLEU: `{base['bleu_signature']}`", f"- chrF: `{base['chrf_signature']}`",
             "", "## Learning curves", "", plots, ""]
     return "\n".join(out)
+
+
+def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: Run) -> list[str]:
+    """One row per run: its card, its scores and p-values, and the config keys that differ."""
+    keys = differing_keys(runs)
+    out = ["| run | config (hash) | params | steps | epochs | wall | tok/s | best step | val BLEU | BLEU | p | "
+           "chrF | p | len ratio |" + "".join(f" `{k}` |" for k in keys),
+           "|" + "---|" * (14 + len(keys))]
+    for i, run in enumerate(runs):
+        c, t, res = run.card, run.card.get("training", {}), run.result(setting) or {}
+        test = tests.get(run.label, {})
+        mark = " ★" if run is best else ""
+        out.append(
+            f"| {run.label}{mark} | {c['config']['name']} ({c['config']['hash'][:8]}) | {c['parameters'] / 1e6:.2f}M "
+            f"| {t.get('steps', '–')} | {t.get('epochs', '–')} | {_fmt(t.get('wall_s'), '.0f')} s "
+            f"| {_fmt(t.get('tokens_per_s'), '.0f')} | {t.get('best_step', '–')} | {_fmt(t.get('best_val_bleu'))} "
+            f"| {_fmt(res.get('bleu'))} | {_p(test.get('bleu_p'))} | {_fmt(res.get('chrf'))} "
+            f"| {_p(test.get('chrf_p'))} | {_fmt(res.get('length_ratio'), '.3f')} |"
+            + "".join(f" {keys[k][i]} |" for k in keys))
+    return out
 
 
 def plot_curves(runs: list[Run], path: Path) -> None:
@@ -205,7 +216,7 @@ def write_report(paths: list[str | Path], out: str | Path, setting: str = "test"
         plots = f"![training NLL and validation BLEU]({png.name})"
     except ImportError:
         plots = "Plots skipped: matplotlib is not installed (`pip install -e '.[plot]'`)."
-    out.write_text(render(runs, setting, plots), encoding="utf-8")
+    write_text(out, render(runs, setting, plots))
     return out, plots
 
 

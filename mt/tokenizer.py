@@ -13,6 +13,7 @@ from typing import Iterable
 import sentencepiece as spm
 
 from mt.config import ConfigError
+from mt.files import write_bytes
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
@@ -45,7 +46,7 @@ class Tokenizer:
         return self.sp.encode(line, out_type=str)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_bytes(self.proto)
+        write_bytes(path, self.proto)
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, character_coverage: float = 1.0) -> Tokenizer:

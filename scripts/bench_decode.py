@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from mt.checkpoint import load_run
+from mt.rundir import load_run
 from mt.data import load_split
-from mt.evaluate import score, search_lines
+from mt.translate import score, search_lines
 
 
 def timed(model, tokenizer, lines, cfg, use_cache: bool) -> tuple[float, list]:

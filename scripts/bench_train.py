@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 
 import torch
 
@@ -18,29 +19,25 @@ from mt.config import load_config
 from mt.data import drop_long_pairs, epoch_batches, load_split
 from mt.model import Seq2Seq
 from mt.tokenizer import train_tokenizer
-from mt.train import _autocast, batch_loss, inverse_sqrt_lr
+from mt.train import inverse_sqrt_lr, train_step
 
 
 def measure(cfg, batches, vocab_size: int, precision: str, warmup: int) -> dict:
     torch.manual_seed(cfg.train.seed)
     model = Seq2Seq(cfg.model, vocab_size).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    train_cfg = replace(cfg.train, precision=precision)
     tokens, start = 0, 0.0
     for i, batch in enumerate(batches):
         if i == warmup:
             tokens, start = 0, time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = inverse_sqrt_lr(i + 1, cfg.train.lr, cfg.train.warmup_steps)
-        with _autocast(torch.device("cpu"), precision):
-            loss, _ = batch_loss(model, batch, cfg.train.label_smoothing)
-        (loss / batch.ntokens).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.clip_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        tokens += batch.ntokens + int(batch.src_mask.sum())
+        lr = inverse_sqrt_lr(i + 1, cfg.train.lr, cfg.train.warmup_steps)
+        stats = train_step(model, optimizer, [batch], train_cfg, lr)  # the update `mt train` makes
+        tokens += stats.tokens
     seconds = time.perf_counter() - start
     return {"precision": precision, "steps": len(batches) - warmup, "seconds": round(seconds, 2),
-            "tokens_per_s": round(tokens / seconds, 1), "last_loss_per_token": round(loss.item() / batch.ntokens, 4)}
+            "tokens_per_s": round(tokens / seconds, 1),
+            "last_loss_per_token": round(stats.loss / stats.target_tokens, 4)}
 
 
 def main() -> None:

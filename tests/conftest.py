@@ -1,13 +1,20 @@
-"""Shared fixtures: a small tokenizer and model built from the generated toy corpus."""
+"""Shared fixtures: the toy corpus, a small tokenizer, random and trained models, tiny run overrides."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mt.config import ModelConfig
+from mt.config import ModelConfig, TrainConfig
+from mt.data import BatchStream
 from mt.model import Seq2Seq
 from mt.tokenizer import train_tokenizer
 from mt.toy import toy_corpus
+from mt.train import inverse_sqrt_lr, train_step
+
+# A tiny model on the small corpus (400 toy pairs), on one thread: every training test starts from this
+# list and adds what it is about. With max_tokens 400 an epoch is about 30 batches.
+TINY = ["model.d_model=32", "model.d_ff=64", "model.layers=1", "tokenizer.vocab_size=200", "train.max_tokens=400",
+        "train.threads=1", "train.log_every=2", "train.valid_every=4", "data.corpus=files"]
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +34,12 @@ def small_corpus(toy, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny(small_corpus) -> list[str]:
+    """TINY with the small corpus: `--set` overrides for configs/toy.yaml."""
+    return TINY + [f"data.dir={small_corpus}"]
+
+
+@pytest.fixture(scope="session")
 def tokenizer(toy):
     src, tgt = toy["train"]
     return train_tokenizer(src[:2000] + tgt[:2000], vocab_size=300)
@@ -39,9 +52,34 @@ def small_model():
     return Seq2Seq(cfg, vocab_size=50).eval()
 
 
+TEXT_MODEL = ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0, max_positions=128)
+
+
 @pytest.fixture
 def text_model(tokenizer):
-    """A random model over the toy tokenizer's vocabulary."""
+    """A random model over the toy tokenizer's vocabulary: its hypotheses all run to the length limit."""
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=32, n_heads=4, layers=2, d_ff=64, dropout=0.0, max_positions=128)
-    return Seq2Seq(cfg, tokenizer.vocab_size).eval()
+    return Seq2Seq(TEXT_MODEL, tokenizer.vocab_size).eval()
+
+
+@pytest.fixture(scope="session")
+def trained_model(tokenizer, toy):
+    """The same architecture after 300 updates on 2,000 toy pairs: it ends hypotheses with eos, at
+    different steps for different sentences (tests/test_beam.py checks that it does)."""
+    torch.manual_seed(0)
+    model = Seq2Seq(TEXT_MODEL, tokenizer.vocab_size)
+    optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
+    src, tgt = toy["train"]
+    stream = BatchStream(tokenizer.encode(src[:2000]), tokenizer.encode(tgt[:2000]), 1024, seed=0)
+    epoch = index = 0
+    for step in range(1, 301):
+        batches, epoch, index = stream.take(epoch, index, 1)
+        train_step(model, optimizer, batches, TrainConfig(), inverse_sqrt_lr(step, 3e-3, 50))
+    return model.eval()
+
+
+@pytest.fixture(params=["text_model", "trained_model"])
+def any_model(request):
+    """Each decoding test runs on a random model (hypotheses cut at the limit) and a trained one
+    (hypotheses ending with eos at different steps)."""
+    return request.getfixturevalue(request.param)

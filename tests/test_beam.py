@@ -5,8 +5,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from conftest import TEXT_MODEL
 from mt.data import source_batch
 from mt.decode import beam_search, greedy_decode, length_penalty
+from mt.model import Seq2Seq
 from mt.tokenizer import BOS, EOS
 
 A, B, C = 4, 5, 6
@@ -73,38 +75,67 @@ def test_length_limit_finishes_without_eos():
     assert hyps[1].logprob == pytest.approx(math.log(0.33))  # no eos score: it was cut, not ended
 
 
-def test_beam_one_equals_greedy_on_a_model(text_model, tokenizer, toy):
-    model = text_model
+def test_trained_model_ends_hypotheses_at_different_steps(trained_model, tokenizer, toy):
+    """The premise of the any_model tests: the trained model's hypotheses end with eos, not at the
+    limit, and at different lengths, so eos bookkeeping is exercised; the random model's never do."""
+    ids = tokenizer.encode(toy["test"][0][:8])
+    src, mask = source_batch(ids)
+    limits = [len(s) + 1 + 5 for s in ids]  # a = 1, b = 5
+    greedy = greedy_decode(trained_model, src, mask, 1.0, 5)
+    ended = [len(h.tokens) for h, limit in zip(greedy, limits) if len(h.tokens) < limit]
+    assert len(ended) >= 6 and len(set(ended)) >= 4
+    beams = beam_search(trained_model, src, mask, beam=3, max_len_a=1.0, max_len_b=5, n_best=3)
+    assert len({len(h.tokens) for hyps in beams for h in hyps}) >= 6
+    random_model = greedy_decode(Seq2Seq(TEXT_MODEL, tokenizer.vocab_size).eval(), src, mask, 1.0, 5)
+    assert [len(h.tokens) for h in random_model] == limits  # no eos: every hypothesis hits the limit
+
+
+def test_beam_one_equals_greedy_on_a_model(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:8]))
-    greedy = greedy_decode(model, src, mask, 1.0, 5)
-    beam = beam_search(model, src, mask, beam=1, max_len_a=1.0, max_len_b=5, alpha=0.0)
+    greedy = greedy_decode(any_model, src, mask, 1.0, 5)
+    beam = beam_search(any_model, src, mask, beam=1, max_len_a=1.0, max_len_b=5, alpha=0.0)
     assert [h[0].tokens for h in beam] == [g.tokens for g in greedy]
-    assert [h[0].score for h in beam] == pytest.approx([g.score for g in greedy], abs=1e-5)
+    # float32 sums of ~30 log-probabilities, accumulated in another order: equal to ~1e-6 relative
+    assert [h[0].score for h in beam] == pytest.approx([g.score for g in greedy], rel=1e-6, abs=1e-5)
 
 
-def test_n_best_sorted_and_first_is_one_best(text_model, tokenizer, toy):
-    model = text_model
+@torch.no_grad()
+def teacher_forced_logprob(model, src: torch.Tensor, src_mask: torch.Tensor, targets: list[int]) -> float:
+    """Sum of log p(target_t | targets before t) for one sentence (src (1, S)), recomputed from scratch."""
+    logits, _ = model.decode(torch.tensor([[BOS] + targets[:-1]]), model.encode(src, src_mask), src_mask)
+    lprobs = torch.log_softmax(logits[0].float(), dim=-1)                  # (T, V)
+    return float(lprobs[torch.arange(len(targets)), torch.tensor(targets)].sum())
+
+
+def test_n_best_scores_are_their_hypotheses_probabilities(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:5]))
-    n_best = beam_search(model, src, mask, beam=4, n_best=4)
-    one_best = beam_search(model, src, mask, beam=4, n_best=1)
-    for hyps, best in zip(n_best, one_best):
-        assert len(hyps) == 4
+    n_best = beam_search(any_model, src, mask, beam=4, n_best=4)                    # a = 1.5, b = 10, alpha = 1
+    one_best = beam_search(any_model, src, mask, beam=4, n_best=1)
+    limits = (1.5 * mask.sum(1) + 10).long().tolist()
+    for i, (hyps, best) in enumerate(zip(n_best, one_best)):
+        assert len(hyps) == 4 and hyps[0] == best[0]
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
-        assert hyps[0] == best[0]
+        for h in hyps:
+            ended = len(h.tokens) < limits[i]  # else cut at the limit, without eos
+            targets = h.tokens + [EOS] * ended
+            assert h.logprob == pytest.approx(teacher_forced_logprob(any_model, src[i:i + 1], mask[i:i + 1], targets),
+                                              abs=1e-4)
+            assert h.score == pytest.approx(h.logprob / length_penalty(len(targets), 1.0), abs=1e-6)
 
 
-def test_beam_one_by_one_equals_batched(text_model, tokenizer, toy):
-    model = text_model
-    ids = tokenizer.encode(toy["test"][0][:5])
-    batched = beam_search(model, *source_batch(ids), beam=3, n_best=3)
+def test_beam_one_by_one_equals_batched(any_model, tokenizer, toy):
+    ids = tokenizer.encode(toy["test"][0][:6])
+    batched = beam_search(any_model, *source_batch(ids), beam=3, n_best=3)
     for i, s in enumerate(ids):
-        alone = beam_search(model, *source_batch([s]), beam=3, n_best=3)[0]
+        alone = beam_search(any_model, *source_batch([s]), beam=3, n_best=3)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
         assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
 
 
-def test_cached_and_uncached_beam_are_identical(text_model, tokenizer, toy):
+def test_cached_and_uncached_beam_are_identical(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:6]))
-    cached = beam_search(text_model, src, mask, beam=3, n_best=3)
-    uncached = beam_search(text_model, src, mask, beam=3, n_best=3, use_cache=False)
+    cached = beam_search(any_model, src, mask, beam=3, n_best=3)
+    uncached = beam_search(any_model, src, mask, beam=3, n_best=3, use_cache=False)
     assert [[h.tokens for h in hyps] for hyps in cached] == [[h.tokens for h in hyps] for hyps in uncached]
+    assert [h.score for hyps in cached for h in hyps] == pytest.approx(
+        [h.score for hyps in uncached for h in hyps], abs=1e-4)

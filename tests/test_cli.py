@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from mt.translate import score
+
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--set", "model.d_model=32", "--set", "model.d_ff=64", "--set", "model.layers=1",
-        "--set", "tokenizer.vocab_size=200", "--set", "train.max_tokens=512"]
 
 
 def mt(*args: str, stdin: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -19,10 +19,11 @@ def mt(*args: str, stdin: str | None = None, cwd: Path = ROOT) -> subprocess.Com
 
 
 @pytest.mark.slow
-def test_train_translate_evaluate_toy(tmp_path):
+def test_train_translate_evaluate_toy(tmp_path, tiny):
     run = tmp_path / "run"
-    result = mt("train", "configs/toy.yaml", "--run-dir", str(run), *TINY,
-                "--set", "train.max_steps=12", "--set", "train.valid_every=6", "--set", "train.log_every=3")
+    sets = [arg for item in tiny + ["train.max_steps=12", "train.valid_every=6", "train.log_every=3"]
+            for arg in ("--set", item)]
+    result = mt("train", "configs/toy.yaml", "--run-dir", str(run), *sets)
     assert result.returncode == 0, result.stderr
     for name in ["config.yaml", "spm.model", "train.log", "metrics.jsonl", "last.pt", "best.pt"]:
         assert (run / name).is_file(), name
@@ -61,7 +62,9 @@ def test_train_translate_evaluate_toy(tmp_path):
     assert ev.returncode == 0, ev.stderr
     scores = json.loads((run / "eval-test.json").read_text())
     assert {"bleu", "chrf", "bleu_signature", "chrf_signature", "sentences"} <= set(scores)
-    assert scores["sentences"] == 500 and 0.0 <= scores["bleu"] <= 100.0
+    hyps, refs = ((run / scores[f]).read_text().splitlines() for f in ("hyp_file", "ref_file"))
+    assert scores["sentences"] == len(hyps) == len(refs) == 40
+    assert scores["bleu"] == score(hyps, refs)["bleu"]  # the written translations give the recorded score
     assert f"BLEU {scores['bleu']:.2f}" in ev.stdout
 
 
@@ -70,8 +73,8 @@ def test_unknown_key_is_one_line_exit_2(tmp_path):
     assert result.returncode == 2
     assert result.stderr == ("mt: error: configs/toy.yaml: unknown key 'train.lrr'; did you mean 'lr'? valid keys: "
                              "lr, warmup_steps, max_tokens, max_steps, max_minutes, label_smoothing, precision, "
-                             "device, dist_backend, clip_norm, accumulate, patience, valid_every, save_every, log_every, "
-                             "max_nonfinite, seed, threads\n")
+                             "device, dist_backend, clip_norm, accumulate, patience, valid_every, valid_beam, "
+                             "save_every, log_every, max_nonfinite, seed, threads\n")
 
 
 def test_bad_value_is_one_line_exit_2(tmp_path):

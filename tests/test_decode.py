@@ -1,27 +1,30 @@
-"""Greedy decoding on the cache, batching of lines, and the sacreBLEU wrapper."""
+"""Greedy decoding on the cache, batching of lines, and the sacreBLEU wrapper.
+
+Decoding tests run on two models (the `any_model` fixture): a random one, whose hypotheses all run to
+the length limit, and a trained one, whose hypotheses end with eos at different steps."""
 import pytest
 
 from mt.config import DecodeConfig
 from mt.data import source_batch
 from mt.decode import greedy_decode
-from mt.evaluate import score, translate_lines
+from mt.translate import score, split_pieces, translate_lines
 
 
-def test_cached_and_uncached_greedy_are_identical(text_model, tokenizer, toy):
+def test_cached_and_uncached_greedy_are_identical(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:8]))
-    cached = greedy_decode(text_model, src, mask, 1.0, 5, use_cache=True)
-    uncached = greedy_decode(text_model, src, mask, 1.0, 5, use_cache=False)
+    cached = greedy_decode(any_model, src, mask, 1.0, 5, use_cache=True)
+    uncached = greedy_decode(any_model, src, mask, 1.0, 5, use_cache=False)
     assert [h.tokens for h in cached] == [h.tokens for h in uncached]
     assert [h.logprob for h in cached] == pytest.approx([h.logprob for h in uncached], abs=1e-4)
     assert all(len(h.tokens) <= length + 5 for h, length in zip(cached, mask.sum(1).tolist()))
 
 
-def test_greedy_one_by_one_equals_batched(text_model, tokenizer, toy):
-    ids = tokenizer.encode(toy["test"][0][:6])
+def test_greedy_one_by_one_equals_batched(any_model, tokenizer, toy):
+    ids = tokenizer.encode(toy["test"][0][:8])
     src, mask = source_batch(ids)
-    batched = greedy_decode(text_model, src, mask, 1.0, 5)
+    batched = greedy_decode(any_model, src, mask, 1.0, 5)
     for i, s in enumerate(ids):
-        [alone] = greedy_decode(text_model, *source_batch([s]), 1.0, 5)
+        [alone] = greedy_decode(any_model, *source_batch([s]), 1.0, 5)
         assert alone.tokens == batched[i].tokens
         assert alone.logprob == pytest.approx(batched[i].logprob, abs=1e-4)
         assert len(alone.tokens) <= len(s) + 1 + 5
@@ -35,11 +38,13 @@ def test_translate_keeps_one_line_per_input_line(text_model, tokenizer):
     assert all("\n" not in line for line in out)
 
 
-def test_translate_restores_input_order(text_model, tokenizer, toy):
+@pytest.mark.parametrize("beam", [1, 3])
+def test_translate_restores_input_order(any_model, tokenizer, toy, beam):
     lines = toy["test"][0][:20]
-    forward = translate_lines(text_model, tokenizer, lines, DecodeConfig(batch_tokens=64))
-    backward = translate_lines(text_model, tokenizer, lines[::-1], DecodeConfig(batch_tokens=64))
-    assert forward == backward[::-1]
+    forward = translate_lines(any_model, tokenizer, lines, DecodeConfig(beam=beam, batch_tokens=64))
+    backward = translate_lines(any_model, tokenizer, lines[::-1], DecodeConfig(beam=beam, batch_tokens=64))
+    one_batch = translate_lines(any_model, tokenizer, lines, DecodeConfig(beam=beam, batch_tokens=100_000))
+    assert forward == backward[::-1] == one_batch
 
 
 def test_bleu_of_identity_is_100():
@@ -60,7 +65,6 @@ def test_bleu_matches_sacrebleu_readme_example():
 
 
 def test_split_pieces_cuts_before_word_starts():
-    from mt.evaluate import split_pieces
     starts = {10, 20}                                # piece ids that begin a word
     ids = [10, 1, 1, 20, 1, 1, 1, 10, 1, 20, 1]
     parts = split_pieces(ids, 4, starts.__contains__)

@@ -15,8 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "ddp_driver.py"
 # 450-token batches give 27 batches an epoch: an odd number, so one rank gets none in the epoch's last
 # update, and 16 updates of 2 batches cross into epoch 2
-TINY = ["model.d_model=32", "model.d_ff=64", "model.layers=1", "tokenizer.vocab_size=200", "train.max_tokens=450",
-        "train.threads=1", "train.log_every=2", "train.valid_every=5", "model.dropout=0.0", "data.corpus=files"]
+DDP = ["train.max_tokens=450", "train.valid_every=5", "model.dropout=0.0"]
 
 
 def launch(out: Path, run: Path, sets: list[str], nproc: int, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -37,9 +36,9 @@ def losses(run: Path) -> list[tuple[int, float]]:
 
 
 @pytest.fixture(scope="module")
-def ddp_and_single(small_corpus, tmp_path_factory):
+def ddp_and_single(tiny, tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp")
-    sets = TINY + [f"data.dir={small_corpus}", "train.max_steps=16"]
+    sets = tiny + DDP + ["train.max_steps=16"]
     ddp = launch(root / "ddp-steps", root / "ddp", sets, nproc=2)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     single = launch(root / "single-steps", root / "single", sets + ["train.accumulate=2"], nproc=1)
@@ -88,9 +87,9 @@ def test_resume_under_torchrun_is_exact(ddp_and_single):
 
 
 @pytest.mark.slow
-def test_a_failing_rank_stops_the_others(small_corpus, tmp_path):
-    result = launch(tmp_path / "steps", tmp_path / "run", TINY + [f"data.dir={small_corpus}", "train.max_steps=50"],
-                    nproc=2, env={"FAIL_RANK": "1"})
+def test_a_failing_rank_stops_the_others(tiny, tmp_path):
+    result = launch(tmp_path / "steps", tmp_path / "run", tiny + DDP + ["train.max_steps=50"], nproc=2,
+                    env={"FAIL_RANK": "1"})
     assert result.returncode != 0
     assert "RuntimeError: injected failure" in result.stderr       # rank 1's own error
     assert "mt: error: [rank 0] lost contact with the other processes (" in result.stderr

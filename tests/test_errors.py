@@ -16,8 +16,6 @@ from mt.config import load_config
 from mt.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["model.d_model=32", "model.d_ff=64", "model.layers=1", "tokenizer.vocab_size=200", "train.max_tokens=400",
-        "train.threads=1", "train.log_every=2", "train.valid_every=4", "data.corpus=files"]
 
 
 def sets(items: list[str]) -> list[str]:
@@ -35,10 +33,10 @@ def file_hashes(folder: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def trained(small_corpus, tmp_path_factory):
+def trained(tiny, tmp_path_factory):
     """A 4-step run on the small corpus: (run dir, the overrides that made it)."""
     run = tmp_path_factory.mktemp("trained") / "run"
-    overrides = TINY + [f"data.dir={small_corpus}", "train.max_steps=4"]
+    overrides = tiny + ["train.max_steps=4"]
     train(load_config(ROOT / "configs/toy.yaml", overrides), run)
     return run, overrides
 
@@ -60,26 +58,43 @@ def corpus(small_corpus, tmp_path):
     (lambda d: (d / "train.de").write_bytes(b"gut\nauch gut\nnicht \xc3\x28 gut\n"),
      "{d}/train.de: line 3 is not valid UTF-8; re-encode the file as UTF-8"),
 ])
-def test_bad_corpus(capsys, corpus, tmp_path, damage, message):
+def test_bad_corpus(capsys, corpus, tmp_path, tiny, damage, message):
     damage(corpus)
     code, err = run_main(capsys, "train", "configs/toy.yaml", "--run-dir", str(tmp_path / "run"),
-                         *sets(TINY + [f"data.dir={corpus}"]))
+                         *sets(tiny + [f"data.dir={corpus}"]))
     assert code == 2
     assert err.splitlines()[-1] == "mt: error: " + message.format(d=corpus) and "Traceback" not in err
-    assert [p.name for p in (tmp_path / "run").iterdir()] == ["train.log"]  # nothing else written
+    assert not (tmp_path / "run").exists()  # nothing written, not even train.log
 
 
-def test_bad_corpus_leaves_an_existing_run_untouched(capsys, small_corpus, tmp_path):
+def test_bad_corpus_leaves_an_existing_run_untouched(capsys, small_corpus, tiny, tmp_path):
     corpus = tmp_path / "corpus"
     shutil.copytree(small_corpus, corpus)
     run = tmp_path / "run"
-    overrides = TINY + [f"data.dir={corpus}", "train.max_steps=2"]
+    overrides = tiny + [f"data.dir={corpus}", "train.max_steps=2"]
     assert main(["train", "configs/toy.yaml", "--run-dir", str(run), *sets(overrides)]) == 0
     before = file_hashes(run)
     (corpus / "train.en").write_bytes(b"\xff\n")
     code, err = run_main(capsys, "train", "configs/toy.yaml", "--run-dir", str(run), *sets(overrides))
     assert code == 2 and err.endswith(f"mt: error: {corpus}/train.en: line 1 is not valid UTF-8; "
                                       f"re-encode the file as UTF-8\n")
+    assert file_hashes(run) == before
+    code, err = run_main(capsys, "train", "configs/toy.yaml", "--run-dir", str(run), "--force-new", *sets(overrides))
+    assert code == 2 and "line 1 is not valid UTF-8" in err
+    assert file_hashes(run) == before and not list(run.glob("replaced-*"))  # nothing archived either
+
+
+def test_validation_beam_cannot_change_on_resume(capsys, trained, tmp_path):
+    src, overrides = trained
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    before = file_hashes(run)
+    code, err = run_main(capsys, "train", "configs/toy.yaml", "--run-dir", str(run),
+                         *sets(overrides + ["train.valid_beam=4", "decode.beam=4", "train.max_steps=8"]))
+    assert code == 2  # decode.beam may change (it only sets translate's default), valid_beam may not
+    assert err.splitlines()[-1] == (
+        f"mt: error: {run} holds a run with a different config (train.valid_beam: 1 -> 4); resume with the same "
+        f"config, use another --run-dir, or --force-new to start over")
     assert file_hashes(run) == before
 
 

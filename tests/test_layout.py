@@ -2,8 +2,10 @@
 import ast
 from pathlib import Path
 
-ORDER = ["config", "tokenizer", "toy", "data", "model", "distributed", "checkpoint", "card", "decode", "evaluate", "train",
-         "report", "cli"]
+# the style guide's config -> tokenizer -> data -> model -> decode -> translate -> train -> evaluate/report -> cli,
+# with the helpers each needs just below it
+ORDER = ["files", "config", "tokenizer", "toy", "data", "model", "loss", "distributed", "decode", "translate",
+         "rundir", "card", "train", "evaluate", "report", "cli"]
 PACKAGE = Path(__file__).resolve().parents[1] / "mt"
 
 
@@ -33,3 +35,22 @@ def test_dependencies_point_one_way():
 def test_model_knows_only_torch_and_its_config():
     assert mt_imports(PACKAGE / "model.py") == {"config"}
     assert mt_imports(PACKAGE / "decode.py") <= {"model", "tokenizer"}
+
+
+def function_lengths() -> dict[str, int]:
+    """Lines of every function and method in mt/, decorators and docstrings included."""
+    found = {}
+    for path in PACKAGE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                found[f"{path.stem}.{node.name}"] = node.end_lineno - start + 1
+    return found
+
+
+def test_size_budgets():
+    """The style guide's budgets: files of at most 400 lines, functions of at most 50."""
+    for path in PACKAGE.glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 400, path.name
+    too_long = {name: n for name, n in function_lengths().items() if n > 50}
+    assert too_long == {}

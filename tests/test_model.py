@@ -120,14 +120,26 @@ def test_untied_model_has_three_matrices():
     assert len({id(m.src_embed.weight), id(m.tgt_embed.weight), id(m.out_proj.weight)}) == 3
 
 
-def test_post_norm_variant_runs_and_differs():
+def test_residual_block_pre_and_post_norm():
+    from mt.model import Residual
+    torch.manual_seed(0)
+    x, f = torch.randn(2, 3, 8), torch.nn.Linear(8, 8)
+    pre, post = Residual(8, 0.0, pre_norm=True), Residual(8, 0.0, pre_norm=False)
+    norm = torch.nn.functional.layer_norm
+    torch.testing.assert_close(pre(x, f), x + f(norm(x, (8,))))        # x + f(norm(x))
+    torch.testing.assert_close(post(x, f), norm(x + f(x), (8,)))       # norm(x + f(x))
+
+
+def test_post_norm_model_ends_each_layer_in_a_norm():
     from mt.config import ModelConfig
     from mt.model import Seq2Seq
     torch.manual_seed(0)
-    m = Seq2Seq(ModelConfig(d_model=16, n_heads=2, layers=1, d_ff=32, norm="post"), 40).eval()
+    m = Seq2Seq(ModelConfig(d_model=16, n_heads=2, layers=2, d_ff=32, norm="post"), 40).eval()
+    assert isinstance(m.enc_norm, torch.nn.Identity) and isinstance(m.dec_norm, torch.nn.Identity)
     src = torch.randint(4, 40, (2, 5))
-    out = m(src, src != PAD, src, src != PAD)
-    assert out.shape == (2, 5, 40) and torch.isfinite(out).all()
+    memory = m.encode(src, src != PAD)                                 # (B, S, D), straight from a LayerNorm
+    torch.testing.assert_close(memory.mean(-1), torch.zeros(2, 5), rtol=0, atol=1e-5)
+    torch.testing.assert_close(memory.var(-1, unbiased=False), torch.ones(2, 5), rtol=0, atol=1e-3)
 
 
 def test_dropout_rate_scale_and_eval_identity():

@@ -11,23 +11,20 @@ from mt.cli import main
 from mt.config import load_config
 from mt.data import make_batch
 from mt.evaluate import evaluate_run
-from mt.report import write_report
+from mt.report import _p, load_runs, paired_bootstrap, write_report
 from mt.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["model.d_model=32", "model.d_ff=64", "model.layers=2", "tokenizer.vocab_size=200", "train.max_tokens=400",
-        "train.threads=1", "train.log_every=5", "train.valid_every=10", "train.max_steps=30", "train.lr=0.005",
-        "data.corpus=files"]
+REPORT = ["model.layers=2", "train.log_every=5", "train.valid_every=10", "train.max_steps=30", "train.lr=0.005"]
 
 
 @pytest.fixture(scope="module")
-def two_runs(small_corpus, tmp_path_factory):
+def two_runs(tiny, tmp_path_factory):
     """Two tiny toy runs that differ in label smoothing, each evaluated on the test split."""
     root = tmp_path_factory.mktemp("report")
     runs = []
     for name, eps in [("ls01", "0.1"), ("ls0", "0.0")]:
-        cfg = load_config(ROOT / "configs/toy.yaml", TINY + [f"data.dir={small_corpus}",
-                                                               f"train.label_smoothing={eps}"])
+        cfg = load_config(ROOT / "configs/toy.yaml", tiny + REPORT + [f"train.label_smoothing={eps}"])
         train(cfg, root / name)
         evaluate_run(root / name, "test", "cpu")
         runs.append(root / name)
@@ -63,8 +60,10 @@ def test_report_rows_keys_and_p_value(two_runs, tmp_path):
     rows = {line.split("|")[1].strip().rstrip(" ★"): line for line in table[1:]}
     assert set(rows) == {"ls01", "ls0"}
     assert rows["ls01"].split("|")[-2].strip() == "0.1" and rows["ls0"].split("|")[-2].strip() == "0.0"
-    p_bleu = rows["ls0"].split("|")[11].strip().rstrip(" *")
-    assert 0.0 <= float(p_bleu) <= 1.0 and rows["ls01"].split("|")[11].strip() == "–"  # baseline has no p
+    tests = paired_bootstrap(load_runs(two_runs), "test")  # sacreBLEU's bootstrap is seeded: same p again
+    assert rows["ls0"].split("|")[11].strip() == _p(tests[1]["bleu_p"])
+    assert rows["ls0"].split("|")[13].strip() == _p(tests[1]["chrf_p"])
+    assert rows["ls01"].split("|")[11].strip() == "–"  # the baseline has no p
     assert "`ls0` vs `ls01`: BLEU" in text and text.count("★") == 2  # legend + the best row
     assert (tmp_path / "report-curves.png").read_bytes()[:4] == b"\x89PNG"
     assert plots == "![training NLL and validation BLEU](report-curves.png)"
@@ -85,6 +84,28 @@ def test_report_refuses_runs_on_another_test_set(two_runs, small_corpus, tmp_pat
             f"baseline") in text
     row = next(line for line in text.splitlines() if line.startswith("| other-run"))
     assert row.split("|")[11].strip() == "–"
+    assert "Nothing to test: fewer than two comparable runs." in text
+
+
+@pytest.mark.slow
+def test_a_run_against_its_own_copy_is_not_significant(two_runs, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(two_runs[0], copy)
+    text = write_report([two_runs[0], copy], tmp_path / "r.md")[0].read_text()
+    bleu = json.loads((copy / "card.json").read_text())["results"]["test"]["bleu"]
+    assert f"- `copy` vs `ls01`: BLEU +0.00, not significant ({bleu:.2f} -> {bleu:.2f} ± " in text
+    assert "p = 1.0000)" in text
+
+
+@pytest.mark.slow
+def test_report_refuses_runs_scored_with_other_metric_signatures(two_runs, tmp_path):
+    other = tmp_path / "intl"
+    shutil.copytree(two_runs[1], other)
+    card = json.loads((other / "card.json").read_text())
+    card["results"]["test"]["bleu_signature"] = card["results"]["test"]["bleu_signature"].replace("tok:13a", "tok:intl")
+    (other / "card.json").write_text(json.dumps(card))
+    text = write_report([two_runs[0], other], tmp_path / "r.md")[0].read_text()
+    assert f"> **Not compared:** `{other}` was scored with different metric signatures than the baseline" in text
     assert "Nothing to test: fewer than two comparable runs." in text
 
 

@@ -35,5 +35,19 @@ def test_vocab_too_large_is_a_config_error():
         train_tokenizer(["ein kleiner Satz", "a small sentence"] * 10, vocab_size=5000)
 
 
-def test_tokenizer_class_checks_ids(tokenizer):
-    assert isinstance(Tokenizer(tokenizer.proto), Tokenizer)
+def test_a_model_with_other_special_ids_is_refused():
+    import io
+
+    import sentencepiece as spm
+    proto = io.BytesIO()  # sentencepiece's defaults: unk 0, bos 1, eos 2, no pad
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(["ein kleiner Satz", "a small sentence"] * 20),
+                                   model_writer=proto, vocab_size=20, minloglevel=2)
+    with pytest.raises(AssertionError):
+        Tokenizer(proto.getvalue())
+
+
+def test_word_starts_are_the_pieces_after_a_space(tokenizer):
+    pieces = tokenizer.pieces("Der kleine Hund")
+    ids = tokenizer.encode(["Der kleine Hund"])[0]
+    assert [tokenizer.starts_word(i) for i in ids] == [p.startswith("\u2581") for p in pieces]
+    assert sum(map(tokenizer.starts_word, ids)) == 3

@@ -1,12 +1,18 @@
-"""Loss against hand computations, and the warmup schedule's values."""
+"""Loss against hand computations, the warmup schedule's values, and what one update does."""
+import copy
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import mt.train
+from mt.config import ModelConfig, TrainConfig
+from mt.data import make_batch
+from mt.loss import batch_loss, label_smoothed_loss
+from mt.model import Seq2Seq
 from mt.tokenizer import PAD
-from mt.train import inverse_sqrt_lr, label_smoothed_loss
+from mt.train import inverse_sqrt_lr, train_step
 
 
 def test_loss_matches_hand_computation():
@@ -51,3 +57,53 @@ def test_warmup_schedule_values():
     assert inverse_sqrt_lr(400, peak, warmup) == pytest.approx(1e-3)
     assert inverse_sqrt_lr(1600, peak, warmup) == pytest.approx(5e-4)
     assert inverse_sqrt_lr(0, peak, warmup) == pytest.approx(2.5e-6)
+
+
+def _model_and_batches(seed: int = 0):
+    torch.manual_seed(seed)
+    model = Seq2Seq(ModelConfig(d_model=16, n_heads=2, layers=1, d_ff=32, dropout=0.0), 30)
+    pairs = [([5, 6, 7], [8, 9]), ([10, 11], [12, 13, 14, 15]), ([16], [17]), ([18, 19, 20, 21], [22, 23, 24])]
+    return model, pairs
+
+
+def test_train_step_over_micro_batches_equals_one_batch():
+    """Two micro-batches make the same update as one batch of all their sentences (the loss is
+    normalised by the update's target tokens, not per micro-batch), and the stats are their sums."""
+    model, pairs = _model_and_batches()
+    twin, twin_before = copy.deepcopy(model), copy.deepcopy(model)
+    micro = [make_batch(*zip(*pairs[:2])), make_batch(*zip(*pairs[2:]))]
+    whole = make_batch(*zip(*pairs))
+    cfg = TrainConfig(label_smoothing=0.1, clip_norm=0.0)
+    stats = train_step(model, torch.optim.SGD(model.parameters()), micro, cfg, lr=1.0)
+    one = train_step(twin, torch.optim.SGD(twin.parameters()), [whole], cfg, lr=1.0)
+    for a, b in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert stats.target_tokens == one.target_tokens == 2 + 4 + 1 + 3 + 4  # targets + eos each
+    assert stats.tokens == 14 + 3 + 2 + 1 + 4 + 4  # + sources with eos
+    assert stats.loss == pytest.approx(one.loss, rel=1e-5) and stats.nll == pytest.approx(one.nll, rel=1e-5)
+    with torch.no_grad():
+        by_hand = sum(batch_loss(twin_before, b, 0.1)[0].item() for b in micro)
+    assert stats.loss == pytest.approx(by_hand, rel=1e-5)
+    assert (stats.finite, stats.stop) == (True, False)
+
+
+def test_train_step_applies_lr_and_clips_the_gradient_norm():
+    model, pairs = _model_and_batches()
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters())
+    train_step(model, optimizer, [make_batch(*zip(*pairs))], TrainConfig(clip_norm=0.5), lr=0.1)
+    assert optimizer.param_groups[0]["lr"] == 0.1
+    moved = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())])  # = lr * grad
+    assert moved.norm().item() == pytest.approx(0.1 * 0.5, rel=1e-4)
+    assert all(p.grad is None for p in model.parameters())  # gradients cleared for the next update
+
+
+def test_train_step_skips_a_non_finite_update(monkeypatch):
+    model, pairs = _model_and_batches()
+    before = copy.deepcopy(model.state_dict())
+    monkeypatch.setattr(mt.train, "batch_loss", lambda m, b, eps: (torch.tensor(float("nan"), requires_grad=True),
+                                                                    torch.tensor(1.0)))
+    stats = train_step(model, torch.optim.SGD(model.parameters()), [make_batch(*zip(*pairs))], TrainConfig(), lr=1.0,
+                       stop_requested=True)
+    assert not stats.finite and stats.stop
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
