@@ -1,5 +1,5 @@
-"""Training: the warmup schedule, one optimizer update (`train_step`),
-validation, and `train`, whose loop reads top to bottom: batch -> step -> log -> validate -> save -> stop.
+"""Training: the warmup schedule, one optimizer update (`train_step`), validation, and `train`, whose
+loop reads top to bottom: batch -> step -> log -> validate -> save -> stop.
 
 `train(cfg, run_dir)` writes everything a run needs into `run_dir` (see mt.rundir for the files). It
 checks every input first (config, corpus, tokenizer, the checkpoint to resume) and writes nothing
@@ -19,7 +19,7 @@ import random
 import signal
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch

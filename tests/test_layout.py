@@ -26,6 +26,12 @@ def test_every_module_is_ranked():
     assert modules == set(ORDER)
 
 
+def test_the_style_guides_order_holds():
+    guide = ["config", "tokenizer", "data", "model", "decode", "translate", "train", "evaluate", "report", "cli"]
+    assert sorted(guide, key=ORDER.index) == guide
+    assert not mt_imports(PACKAGE / "train.py") & {"evaluate", "report", "cli"}
+
+
 def test_dependencies_point_one_way():
     for name in ORDER:
         for imported in mt_imports(PACKAGE / f"{name}.py"):
