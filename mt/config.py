@@ -68,7 +68,7 @@ class TrainConfig:
     max_steps: int = _range(100_000, 1)
     max_minutes: float = _range(0.0, 0.0)  # wall-clock budget for the loop; 0 = none
     label_smoothing: float = _range(0.1, 0.0, 0.99)
-    precision: str = _choice("fp32", "fp32", "bf16", "fp16")
+    precision: str = _choice("fp32", "fp32", "tf32", "bf16", "fp16")  # tf32: fp32 with TF32 matmuls (CUDA)
     device: str = _choice("auto", "auto", "cpu", "cuda")
     dist_backend: str = _choice("auto", "auto", "nccl", "gloo")  # under torchrun; auto = nccl on GPUs, else gloo
     clip_norm: float = _range(1.0, 0.0)  # 0 = no clipping
@@ -170,8 +170,8 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"data.{key}: {lang!r} is not a file suffix like 'de'")
     if cfg.data.src_lang == cfg.data.tgt_lang:
         raise ConfigError(f"data.src_lang and data.tgt_lang are both {cfg.data.src_lang!r}")
-    if cfg.train.precision == "fp16" and cfg.train.device == "cpu":
-        raise ConfigError("train.precision: fp16 needs a CUDA device; use bf16 or fp32 on CPU")
+    if cfg.train.precision in ("fp16", "tf32") and cfg.train.device == "cpu":
+        raise ConfigError(f"train.precision: {cfg.train.precision} needs a CUDA device; use bf16 or fp32 on CPU")
     if cfg.decode.n_best > cfg.decode.beam:
         raise ConfigError(f"decode.n_best ({cfg.decode.n_best}) must be <= decode.beam ({cfg.decode.beam})")
     if cfg.data.max_len + 2 > m.max_positions:

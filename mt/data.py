@@ -15,6 +15,7 @@ import os
 import random
 import re
 import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +29,17 @@ from mt.toy import toy_corpus
 
 log = logging.getLogger(__name__)
 
-REPO_DATA = Path(__file__).resolve().parents[1] / "data"
-MANIFEST = REPO_DATA / "multi30k.json"
+MANIFEST = Path(__file__).with_name("multi30k.json")  # package data: an installed mt has it too
+
+
+def downloads_dir() -> Path:
+    """Where a download lands: data/ of a source checkout, else $XDG_CACHE_HOME/mt (~/.cache/mt)."""
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "data").is_dir():
+        return checkout / "data"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mt"
+
+
 SPLIT_FILES = {"train": "train", "val": "val", "test": "test2016"}
 
 
@@ -110,7 +120,7 @@ def multi30k_dir(data_dir: str = "", manifest_path: Path = MANIFEST) -> Path:
     """The verified multi30k/ folder: from `data_dir`, else $MT_DATA_DIR, else downloaded into data/."""
     manifest = json.loads(manifest_path.read_text())
     root = data_dir or os.environ.get("MT_DATA_DIR", "")
-    folder = Path(root) / "multi30k" if root else REPO_DATA / "multi30k"
+    folder = Path(root) / "multi30k" if root else downloads_dir() / "multi30k"
     if not root:
         _download(manifest, folder)
     for name, entry in manifest["files"].items():
@@ -168,9 +178,15 @@ class Batch:
     ntokens: int      # non-pad tokens in tgt_out
 
     def to(self, device: torch.device | str) -> Batch:
+        """A copy on `device`; from pinned memory (see `pin_memory`) the copy to a GPU is asynchronous."""
         move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
         return Batch(move(self.src), move(self.src_mask), move(self.tgt_in), move(self.tgt_out),
                      move(self.tgt_mask), self.ntokens)
+
+    def pin_memory(self) -> Batch:
+        pin = lambda t: t.pin_memory()  # noqa: E731
+        return Batch(pin(self.src), pin(self.src_mask), pin(self.tgt_in), pin(self.tgt_out), pin(self.tgt_mask),
+                     self.ntokens)
 
 
 def pad(seqs: list[list[int]]) -> tuple[Tensor, Tensor]:
@@ -234,14 +250,25 @@ class BatchStream:
     """The training batches, epoch after epoch, each epoch in its seeded order. A position is
     (epoch from 1, batches of that epoch already taken), all a checkpoint needs to resume the stream."""
 
-    def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens: int, seed: int):
+    def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens: int, seed: int,
+                 pin_memory: bool = False, prefetch: bool = False):
         self.src_ids, self.tgt_ids, self.max_tokens, self.seed = src_ids, tgt_ids, max_tokens, seed
+        self.pin = pin_memory             # for a GPU: batches in pinned memory copy asynchronously
         self.epoch, self.batches = 0, []  # the epoch whose batches are built
+        # for a GPU: build the next epoch in a thread while this one trains (on a CPU it would compete)
+        self.ahead = ThreadPoolExecutor(1, thread_name_prefix="mt-batches") if prefetch else None
+        self.next: tuple[int, Future] | None = None
+
+    def _build(self, epoch: int) -> list[Batch]:
+        batches = epoch_batches(self.src_ids, self.tgt_ids, self.max_tokens, self.seed, epoch)
+        return [b.pin_memory() for b in batches] if self.pin else batches
 
     def _epoch(self, epoch: int) -> list[Batch]:
         if epoch != self.epoch:
-            self.epoch, self.batches = epoch, epoch_batches(self.src_ids, self.tgt_ids, self.max_tokens,
-                                                            self.seed, epoch)
+            ready = self.next is not None and self.next[0] == epoch
+            self.epoch, self.batches = epoch, self.next[1].result() if ready else self._build(epoch)
+            if self.ahead is not None:
+                self.next = (epoch + 1, self.ahead.submit(self._build, epoch + 1))
         return self.batches
 
     def take(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:

@@ -103,13 +103,11 @@ def _collective(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
-def sum_across(values: list[float], ranks: Ranks, device: torch.device) -> list[float]:
-    """Element-wise sum of `values` over all ranks (float64, so token counts stay exact)."""
-    if not ranks.enabled:
-        return list(values)
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    _collective(dist.all_reduce, t)
-    return t.tolist()
+def all_sum(t: torch.Tensor, ranks: Ranks) -> torch.Tensor:
+    """`t` summed element-wise over all ranks, on its device (no host round trip)."""
+    if ranks.enabled:
+        _collective(dist.all_reduce, t)
+    return t
 
 
 def from_main(obj: Any, ranks: Ranks) -> Any:

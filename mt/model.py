@@ -61,6 +61,8 @@ class Dropout(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
+        if x.is_cuda:  # CUDA's generator is fast and its dropout kernel fused: the trick below is for CPUs
+            return F.dropout(x, self.p, training=True)
         n = x.numel()
         words = torch.empty((n + 2) // 3, dtype=torch.int64, device=x.device).random_()  # (n/3,)
         uniform16 = words.view(torch.int16).view(-1, 4)[:, :3].flatten()[:n].view_as(x)  # little-endian
@@ -84,6 +86,12 @@ def decoder_self_mask(T: int, tgt_mask: Tensor | None, device: torch.device | st
     if tgt_mask is not None:
         mask = mask & tgt_mask[:, None, None, :]                                 # (B, 1, T, T)
     return mask
+
+
+def causal_flag(tgt_in: Tensor) -> bool:
+    """Whether decoder self-attention uses SDPA's is_causal instead of a (B, 1, T, T) mask: on CUDA,
+    where it selects the flash kernel. CPUs keep the explicit mask (and the numerics measured with it)."""
+    return tgt_in.is_cuda
 
 
 class Attention(nn.Module):
@@ -113,11 +121,13 @@ class Attention(nn.Module):
             scores = scores.masked_fill(~mask, float("-inf"))
         return scores.softmax(dim=-1)
 
-    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        """x (B, T, D) attends to k, v (B, H, L, Dh) where mask (B, 1, T|1, L) is True -> (B, T, D)."""
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False) -> Tensor:
+        """x (B, T, D) attends to k, v (B, H, L, Dh) where mask (B, 1, T|1, L) is True (or, with `causal`
+        and no mask, to positions up to its own) -> (B, T, D)."""
         q = self._heads(self.q_proj(x))                                       # (B, H, T, Dh)
         p = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, T, Dh)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                             is_causal=causal)                     # (B, H, T, Dh)
         B, H, T, Dh = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh))      # (B, T, D)
 
@@ -163,14 +173,14 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
         self.res_self, self.res_cross, self.res_ffn = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
 
-    def _self_attend(self, h: Tensor, mask: Tensor | None, cache: KVCache | None, i: int) -> Tensor:
+    def _self_attend(self, h: Tensor, mask: Tensor | None, cache: KVCache | None, i: int, causal: bool) -> Tensor:
         k, v = self.self_attn.project_kv(h)                        # (B, H, T_new, Dh)
         if cache is not None:
             if cache.self_kv[i] is not None:
                 k = torch.cat([cache.self_kv[i][0], k], dim=2)     # (B, H, t + T_new, Dh)
                 v = torch.cat([cache.self_kv[i][1], v], dim=2)
             cache.self_kv[i] = (k, v)
-        return self.self_attn(h, k, v, mask)
+        return self.self_attn(h, k, v, mask, causal)
 
     def _cross_attend(self, h: Tensor, memory: Tensor, mask: Tensor, cache: KVCache | None, i: int) -> Tensor:
         if cache is not None and cache.cross_kv[i] is not None:
@@ -182,9 +192,10 @@ class DecoderLayer(nn.Module):
         return self.cross_attn(h, k, v, mask)
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, self_mask: Tensor | None,
-                cache: KVCache | None, i: int) -> Tensor:
-        """x (B, T, D), memory (B, S, D), src_mask (B, 1, 1, S), self_mask (B, 1, T, T) -> (B, T, D)."""
-        x = self.res_self(x, lambda h: self._self_attend(h, self_mask, cache, i))
+                cache: KVCache | None, i: int, causal: bool = False) -> Tensor:
+        """x (B, T, D), memory (B, S, D), src_mask (B, 1, 1, S), self_mask (B, 1, T, T) or None with
+        `causal` (SDPA's own causal flag) -> (B, T, D)."""
+        x = self.res_self(x, lambda h: self._self_attend(h, self_mask, cache, i, causal))
         x = self.res_cross(x, lambda h: self._cross_attend(h, memory, src_mask, cache, i))
         return self.res_ffn(x, self.ffn)
 
@@ -249,12 +260,16 @@ class Seq2Seq(nn.Module):
         offset = cache.length if cache is not None else 0
         T = tgt_in.size(1)
         assert offset == 0 or T == 1, f"a warm cache takes one new position at a time, got {T}"
-        # cached positions are all earlier than a new one, so only a cold start needs the causal mask
-        self_mask = decoder_self_mask(T, tgt_mask, tgt_in.device) if offset == 0 and T > 1 else None
+        # cached positions are all earlier than a new one, so only a cold start needs the causal mask;
+        # with `causal_flag` SDPA's is_causal replaces it (flash attention on GPUs): padding sits right of
+        # every real position, so real positions see the same keys and only pad positions' outputs change
+        full = offset == 0 and T > 1
+        causal = full and causal_flag(tgt_in)
+        self_mask = decoder_self_mask(T, tgt_mask, tgt_in.device) if full and not causal else None
         cross_mask = src_mask[:, None, None, :]                                       # (B, 1, 1, S)
         x = self._embed(self.tgt_embed, tgt_in, offset)                                # (B, T, D)
         for i, layer in enumerate(self.decoder):
-            x = layer(x, memory, cross_mask, self_mask, cache, i)
+            x = layer(x, memory, cross_mask, self_mask, cache, i, causal)
         return self.out_proj(self.dec_norm(x)), cache                                # (B, T, V)
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> Tensor:

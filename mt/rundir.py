@@ -62,24 +62,27 @@ class Progress:
     validated_step: int = -1     # step of the latest validation
     nonfinite_total: int = 0     # updates skipped for a non-finite loss or gradient
     nonfinite_streak: int = 0
+    scaler_skips: int = 0        # fp16 updates the grad scaler skipped (overflow), not counted as steps
     window: dict = field(default_factory=lambda: dict(EMPTY_WINDOW))  # sums since the last log line
     tokens: int = 0              # source + target non-pad tokens trained on
     train_seconds: float = 0.0   # inside optimizer updates only (for tokens/s)
     elapsed_s: float = 0.0       # wall clock of the loop, validation included, summed over restarts
 
 
-def rng_state() -> dict:
+def rng_state(device: torch.device) -> dict:
+    """This process's random state: Python's, torch's CPU generator, and its own GPU's (not every
+    visible GPU's, so that a run resumes on a host with fewer GPUs)."""
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict, device: torch.device) -> None:
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if device.type == "cuda" and isinstance(state.get("cuda"), torch.Tensor):  # absent when trained on CPU
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def save_checkpoint(path: Path, cfg: RunConfig, model: Seq2Seq, optimizer: torch.optim.Optimizer,
@@ -191,12 +194,12 @@ def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, 
 
 
 def restore(ckpt: dict, model: Seq2Seq, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-            rank: int) -> Progress:
+            rank: int, device: torch.device) -> Progress:
     """Load the checkpoint's states into the run's objects and this rank's RNGs; returns its counters."""
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     scaler.load_state_dict(ckpt["scaler"])
-    set_rng_state(ckpt["rng"][rank])
+    set_rng_state(ckpt["rng"][rank], device)
     return Progress(**ckpt["progress"])
 
 

@@ -29,13 +29,13 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt import distributed, rundir
 from mt.card import code_version, config_section, hardware, update_card
-from mt.config import ConfigError, DecodeConfig, RunConfig, TrainConfig
-from mt.data import Batch, BatchStream, drop_long_pairs, load_split, make_batch, token_batches
+from mt.config import ConfigError, RunConfig, TrainConfig
+from mt.data import Batch, BatchStream, drop_long_pairs, load_split
 from mt.loss import autocast, batch_loss
 from mt.model import Seq2Seq, count_parameters
 from mt.rundir import EMPTY_WINDOW, MetricsLog, Progress
 from mt.tokenizer import Tokenizer, train_tokenizer
-from mt.translate import score, translate_lines
+from mt.validation import Validation, make_validation, validate
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ class StepStats:
     nll: float           # negative log-likelihood, summed over target tokens
     target_tokens: int
     tokens: int          # source + target non-pad tokens
-    finite: bool         # False: the loss or the gradient was not finite and the update was skipped
+    stepped: bool        # the parameters were updated; else a non-finite loss or gradient, or an overflow
+    overflow: bool       # fp16: the grad scaler skipped the update and lowered its scale (not an error)
     stop: bool           # some rank was asked to stop (Ctrl-C, SIGTERM)
 
 
@@ -61,20 +62,24 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches
                lr: float, *, scaler: torch.amp.GradScaler | None = None, device: torch.device = torch.device("cpu"),
                ranks: distributed.Ranks = distributed.Ranks(), stop_requested: bool = False) -> StepStats:
     """One optimizer update at learning rate `lr` from the micro-batches `batches`, the loss normalised
-    by their total target tokens; `model` may be wrapped in DistributedDataParallel.
+    by their total target tokens; `model` may be wrapped in DistributedDataParallel. The losses are
+    summed on the device and read once, with the gradient norm: one host sync per update (fp16: three).
 
     Under torchrun each rank backpropagates its share (every world-th batch) and DDP sums the shares'
     gradients once, on the last micro-batch, dividing by the number of ranks, which the loss weight
     undoes. A rank without a share (an epoch's last update) joins the gradient sync with weight zero.
     """
-    scaler = scaler or torch.amp.GradScaler("cuda", enabled=False)
+    scaler = scaler or torch.amp.GradScaler(device.type, enabled=False)
     for group in optimizer.param_groups:
         group["lr"] = lr
     mine, weight = batches[ranks.rank::ranks.world], ranks.world / sum(b.ntokens for b in batches)
     if not mine:
         mine, weight = batches[:1], 0.0
-    sums = [0.0, 0.0, 0, 0]  # loss, nll, target tokens, tokens
+    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss, nll
+    counts = [0.0, 0.0, float(stop_requested)]                   # target tokens, tokens (from host copies), stop
     for i, batch in enumerate(mine):
+        if weight:
+            counts[0], counts[1] = counts[0] + batch.ntokens, counts[1] + batch.ntokens + int(batch.src_mask.sum())
         batch = batch.to(device)
         accumulate_only = i < len(mine) - 1 and isinstance(model, DistributedDataParallel)
         with model.no_sync() if accumulate_only else contextlib.nullcontext():
@@ -82,60 +87,24 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches
                 loss, nll = batch_loss(model, batch, cfg.label_smoothing)
             scaler.scale(loss * weight).backward()
         if weight:
-            sums = [sums[0] + loss.item(), sums[1] + nll.item(), sums[2] + batch.ntokens,
-                    sums[3] + batch.ntokens + int(batch.src_mask.sum())]
-    loss_sum, nll_sum, target_tokens, tokens, stops = distributed.sum_across(
-        sums + [float(stop_requested)], ranks, device)
+            sums += torch.stack([loss.detach(), nll.detach()]).double()
     scaler.unscale_(optimizer)
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm or math.inf)
-    # with fp16 the grad scaler itself skips steps whose gradients overflow
-    finite = math.isfinite(loss_sum) and (scaler.is_enabled() or math.isfinite(norm.item()))
-    if finite:
+    counts_t = torch.tensor(counts, dtype=torch.float64)
+    counts_t = counts_t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else counts_t
+    totals = distributed.all_sum(torch.cat([sums, counts_t]), ranks)  # (5,) on the device
+    loss_sum, nll_sum, target_tokens, tokens, stops, norm = torch.cat(
+        [totals, norm.detach().double().view(1)]).tolist()  # the update's host sync
+    # with fp16 the grad scaler itself skips steps whose gradients overflow, and lowers its scale
+    stepped = math.isfinite(loss_sum) and (scaler.is_enabled() or math.isfinite(norm))
+    scale = scaler.get_scale() if scaler.is_enabled() else 0.0
+    if stepped:
         scaler.step(optimizer)
     scaler.update()
+    overflow = stepped and scaler.is_enabled() and scaler.get_scale() < scale
     optimizer.zero_grad(set_to_none=True)
-    return StepStats(loss_sum, nll_sum, int(target_tokens), int(tokens), finite, stops > 0)
-
-
-@dataclass
-class Validation:
-    """Held-out data: raw lines to translate, and batches for the teacher-forced loss."""
-    src_lines: list[str]
-    ref_lines: list[str]
-    batches: list[Batch]
-
-
-def make_validation(src: list[str], ref: list[str], tokenizer: Tokenizer, max_tokens: int) -> Validation:
-    src_ids, tgt_ids = tokenizer.encode(src), tokenizer.encode(ref)
-    groups = token_batches([len(s) + 1 for s in src_ids], [len(t) + 1 for t in tgt_ids], max_tokens)
-    return Validation(src, ref, [make_batch([src_ids[i] for i in g], [tgt_ids[i] for i in g]) for g in groups])
-
-
-def validation_decoding(cfg: RunConfig) -> DecodeConfig:
-    """How validation translates: beam train.valid_beam, otherwise mt's default search (length penalty
-    1, at most 1.5 x source + 10 tokens), whatever decode.* says, so that best.pt means one thing."""
-    return DecodeConfig(beam=cfg.train.valid_beam, batch_tokens=cfg.decode.batch_tokens)
-
-
-@torch.no_grad()
-def validate(model: Seq2Seq, val: Validation, tokenizer: Tokenizer, cfg: RunConfig, device: torch.device) -> dict:
-    """Teacher-forced loss/perplexity and BLEU/chrF of the translations on the validation set."""
-    model.eval()
-    loss_sum = nll_sum = 0.0
-    ntokens = 0
-    for batch in val.batches:
-        with autocast(device, cfg.train.precision):
-            loss, nll = batch_loss(model, batch.to(device), cfg.train.label_smoothing)
-        loss_sum, nll_sum, ntokens = loss_sum + loss.item(), nll_sum + nll.item(), ntokens + batch.ntokens
-    hyps = translate_lines(model, tokenizer, val.src_lines, validation_decoding(cfg), device)
-    scores = score(hyps, val.ref_lines)
-    model.train()
-    for i in range(3):
-        log.info("example %d | source: %s | reference: %s | hypothesis: %s",
-                 i, val.src_lines[i], val.ref_lines[i], hyps[i])
-    return {"val_loss": loss_sum / ntokens, "val_nll": nll_sum / ntokens,
-            "val_ppl": math.exp(min(nll_sum / ntokens, 50.0)), "val_bleu": scores["bleu"],
-            "val_chrf": scores["chrf"], "valid_beam": cfg.train.valid_beam, "bleu_signature": scores["bleu_signature"]}
+    return StepStats(loss_sum, nll_sum, int(target_tokens), int(tokens), stepped and not overflow, overflow,
+                     stops > 0)
 
 
 class TrainingError(RuntimeError):
@@ -169,8 +138,10 @@ def start_device(cfg: RunConfig, ranks: distributed.Ranks) -> torch.device:
     if cfg.train.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device: cuda requested but no GPU is visible; use auto or cpu")
     device = distributed.start(ranks, cfg.train.device, cfg.train.dist_backend)
-    if cfg.train.precision == "fp16" and device.type != "cuda":
-        raise ConfigError("train.precision: fp16 needs a CUDA device; use bf16 or fp32 on CPU")
+    if cfg.train.precision in ("fp16", "tf32") and device.type != "cuda":
+        raise ConfigError(f"train.precision: {cfg.train.precision} needs a CUDA device; use bf16 or fp32 on CPU")
+    if device.type == "cuda":  # TF32 matmuls only when asked for: fp32 means fp32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.train.precision == "tf32"
     return device
 
 
@@ -200,7 +171,7 @@ def setup(cfg: RunConfig, run_dir: Path, force_new: bool, ranks: distributed.Ran
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.train.precision == "fp16")
     if resumed:
-        progress = rundir.restore(resumed[0], model, optimizer, scaler, ranks.rank)
+        progress = rundir.restore(resumed[0], model, optimizer, scaler, ranks.rank, device)
     else:
         progress = Progress()
         if ranks.enabled:
@@ -217,7 +188,8 @@ def setup(cfg: RunConfig, run_dir: Path, force_new: bool, ranks: distributed.Ran
     log.info("model: %d parameters; device %s; precision %s; threads %d; processes %d", count_parameters(model),
              device, cfg.train.precision, torch.get_num_threads(), ranks.world)
     return Session(cfg, run_dir, ranks, device, tokenizer, model, ddp, optimizer, scaler, progress,
-                   BatchStream(src_ids, tgt_ids, cfg.train.max_tokens, cfg.train.seed), val, metrics)
+                   BatchStream(src_ids, tgt_ids, cfg.train.max_tokens, cfg.train.seed,
+                               pin_memory=device.type == "cuda", prefetch=device.type == "cuda"), val, metrics)
 
 
 @contextlib.contextmanager
@@ -243,7 +215,7 @@ def stop_requests():
 
 def save(s: Session, name: str) -> None:
     """Every rank calls this (its RNG state goes in); rank 0 writes."""
-    states = distributed.gather(rundir.rng_state(), s.ranks)  # one per rank
+    states = distributed.gather(rundir.rng_state(s.device), s.ranks)  # one per rank
     if s.ranks.main:
         rundir.save_checkpoint(s.run_dir / name, s.cfg, s.model, s.optimizer, s.scaler, s.progress, states)
 
@@ -258,11 +230,14 @@ def count_update(s: Session, stats: StepStats, seconds: float) -> None:
     p, t = s.progress, s.cfg.train
     p.window["seconds"] += seconds
     p.train_seconds += seconds
-    if stats.finite:
+    if stats.stepped:
         p.step, p.nonfinite_streak, p.tokens = p.step + 1, 0, p.tokens + stats.tokens
         for key, value in [("loss", stats.loss), ("nll", stats.nll), ("tgt", stats.target_tokens),
                            ("tokens", stats.tokens)]:
             p.window[key] += value
+        return
+    if stats.overflow:  # fp16: no step, no lr or token count, and no error
+        p.scaler_skips += 1
         return
     p.nonfinite_total += 1
     p.nonfinite_streak += 1
@@ -348,7 +323,8 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
                     "train_s": round(p.train_seconds, 1),
                     "tokens_per_s": round(p.tokens / max(p.train_seconds, 1e-9), 1), "best_step": p.best_step,
                     "best_val_bleu": p.best_bleu, "best_val_chrf": p.best_chrf, "valid_beam": s.cfg.train.valid_beam,
-                    "nonfinite_skipped": p.nonfinite_total, "stopped": interrupted or stop}
+                    "nonfinite_skipped": p.nonfinite_total, "fp16_overflows": p.scaler_skips,
+                    "stopped": interrupted or stop}
         update_card(s.run_dir, config=config_section(s.cfg), parameters=count_parameters(s.model),
                     precision=s.cfg.train.precision, code=code_version(),
                     hardware=hardware(s.device, s.ranks.world), training=training)
@@ -378,7 +354,7 @@ def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
                     stats = train_step(s.ddp, s.optimizer, batches, t, lr, scaler=s.scaler, device=s.device,
                                        ranks=ranks, stop_requested=bool(requests))
                 count_update(s, stats, time.perf_counter() - start)
-                if stats.finite:
+                if stats.stepped:
                     p.elapsed_s = elapsed(s, clock_start)
                     bar.update(1)
                     if p.step % t.log_every == 0:

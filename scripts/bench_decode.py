@@ -15,14 +15,17 @@ import time
 
 import torch
 
-from mt.rundir import load_run
 from mt.data import load_split
+from mt.distributed import resolve_device
+from mt.rundir import load_run
 from mt.translate import score, search_lines
 
 
-def timed(model, tokenizer, lines, cfg, use_cache: bool) -> tuple[float, list]:
+def timed(model, tokenizer, lines, cfg, device: torch.device, use_cache: bool) -> tuple[float, list]:
     start = time.perf_counter()
-    found = search_lines(model, tokenizer, lines, cfg, "cpu", use_cache=use_cache)
+    found = search_lines(model, tokenizer, lines, cfg, device, use_cache=use_cache)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return time.perf_counter() - start, found
 
 
@@ -33,22 +36,25 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=1)
     parser.add_argument("--batch-tokens", type=int)
     parser.add_argument("--skip-uncached", action="store_true")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = parser.parse_args()
     overrides = [f"decode.beam={args.beam}"]
     if args.batch_tokens:
         overrides.append(f"decode.batch_tokens={args.batch_tokens}")
     cfg, tokenizer, model = load_run(args.run, overrides=overrides)
+    device = resolve_device(args.device)
+    model = model.to(device)
     src, ref = load_split(cfg.data, args.split)
-    timed(model, tokenizer, src[:50], cfg.decode, True)  # warm up allocator and kernels
-    seconds, found = timed(model, tokenizer, src, cfg.decode, True)
+    timed(model, tokenizer, src[:50], cfg.decode, device, True)  # warm up allocator and kernels
+    seconds, found = timed(model, tokenizer, src, cfg.decode, device, True)
     hyps = [h[0].tokens for h in found]
     result = {"run": args.run, "split": args.split, "sentences": len(src), "beam": args.beam,
-              "batch_tokens": cfg.decode.batch_tokens, "threads": torch.get_num_threads(),
+              "batch_tokens": cfg.decode.batch_tokens, "device": str(device), "threads": torch.get_num_threads(),
               "seconds": round(seconds, 3), "sentences_per_s": round(len(src) / seconds, 1),
               "tokens_per_s": round(sum(len(h) + 1 for h in hyps) / seconds, 1),
               "bleu": round(score(tokenizer.decode(hyps), ref)["bleu"], 2)}
     if not args.skip_uncached:
-        uncached_seconds, uncached = timed(model, tokenizer, src, cfg.decode, False)
+        uncached_seconds, uncached = timed(model, tokenizer, src, cfg.decode, device, False)
         result.update({"uncached_seconds": round(uncached_seconds, 3),
                        "speedup_vs_uncached": round(uncached_seconds / seconds, 2),
                        "uncached_same_output": [h[0].tokens for h in uncached] == hyps})

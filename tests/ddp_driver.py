@@ -16,7 +16,7 @@ def count_update(s, stats, seconds):
     real(s, stats, seconds)
     if os.environ.get("FAIL_RANK") == str(s.ranks.rank) and s.progress.step == 3:
         raise RuntimeError("injected failure")
-    if s.ranks.main and stats.finite:
+    if s.ranks.main and stats.stepped:
         torch.save({k: v.clone() for k, v in s.model.state_dict().items()}, f"{OUT}/step-{s.progress.step}.pt")
 
 

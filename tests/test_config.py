@@ -59,7 +59,7 @@ def test_bool_is_not_int(tmp_path):
 
 
 def test_bad_choice_lists_valid_ones(tmp_path):
-    with pytest.raises(ConfigError, match="train.precision: 'fp8' is not one of fp32, bf16, fp16"):
+    with pytest.raises(ConfigError, match="train.precision: 'fp8' is not one of fp32, tf32, bf16, fp16"):
         load_config(write(tmp_path, "train:\n  precision: fp8\n"))
 
 
@@ -116,3 +116,9 @@ def test_config_differences():
     b = {"train": {"lr": 2.0, "seed": 1}, "decode": {"beam": 5}, "name": "b"}
     assert config_differences(a, b) == {"train.lr": (1.0, 2.0), "decode.beam": (1, 5), "name": ("a", "b")}
     assert config_differences(a, b, ignore=("decode", "name")) == {"train.lr": (1.0, 2.0)}
+
+
+@pytest.mark.parametrize("precision", ["fp16", "tf32"])
+def test_cuda_only_precisions_are_refused_on_cpu(tmp_path, precision):
+    with pytest.raises(ConfigError, match=f"train.precision: {precision} needs a CUDA device; use bf16 or fp32 on CPU"):
+        load_config(write(tmp_path, f"train:\n  precision: {precision}\n  device: cpu\n"))

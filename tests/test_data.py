@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mt.config import DataConfig
-from mt.data import (DataError, drop_long_pairs, epoch_batches, load_split, multi30k_dir, normalize, read_lines,
-                     read_parallel, split_lines, token_batches)
+from mt.data import (BatchStream, DataError, drop_long_pairs, epoch_batches, load_split, multi30k_dir, normalize,
+                     read_lines, read_parallel, split_lines, token_batches)
 from mt.toy import SPLIT_SIZES, toy_corpus
 
 SHARED = os.environ.get("MT_DATA_DIR", "")
@@ -157,7 +157,7 @@ def test_download_verifies_and_reads(tmp_path, monkeypatch):
     manifest = fake_release(tmp_path / "remote")
     (tmp_path / "m.json").write_text(json.dumps(manifest))
     monkeypatch.delenv("MT_DATA_DIR", raising=False)
-    monkeypatch.setattr("mt.data.REPO_DATA", tmp_path / "local")
+    monkeypatch.setattr("mt.data.downloads_dir", lambda: tmp_path / "local")
     folder = multi30k_dir("", tmp_path / "m.json")
     assert folder == tmp_path / "local" / "multi30k"
     assert read_lines(folder / "test2016.en.gz") == ["test2016 en"]
@@ -181,7 +181,7 @@ def test_no_copy_and_no_network_says_how_to_fix(tmp_path, monkeypatch):
     manifest["base_url"] = (tmp_path / "missing").as_uri() + "/"
     (tmp_path / "m.json").write_text(json.dumps(manifest))
     monkeypatch.delenv("MT_DATA_DIR", raising=False)
-    monkeypatch.setattr("mt.data.REPO_DATA", tmp_path / "local")
+    monkeypatch.setattr("mt.data.downloads_dir", lambda: tmp_path / "local")
     with pytest.raises(DataError, match=r"cannot download .*; set MT_DATA_DIR to a folder holding multi30k/"):
         multi30k_dir("", tmp_path / "m.json")
 
@@ -196,3 +196,20 @@ def test_multi30k_splits_load_normalised():
     src, _ = load_split(cfg, "train")
     assert not any("\t" in s or "\u00a0" in s or s != s.strip() for s in src)
     assert src[7365].count("  ") == 0  # the line with a TAB in the raw file
+
+
+def test_batch_stream_crosses_epochs_and_prefetching_changes_nothing(toy, tokenizer):
+    src, tgt = tokenizer.encode(toy["train"][0][:300]), tokenizer.encode(toy["train"][1][:300])
+    runs = []
+    for stream in (BatchStream(src, tgt, 600, seed=3), BatchStream(src, tgt, 600, seed=3, prefetch=True)):
+        epoch, index, taken = 0, 0, {1: [], 2: []}
+        while True:
+            group, epoch, index = stream.take(epoch, index, 3)
+            if epoch == 3:
+                break
+            taken[epoch] += group
+        runs.append({e: [b.src.tolist() + b.tgt_out.tolist() for b in bs] for e, bs in taken.items()})
+    assert runs[0] == runs[1]  # the thread building the next epoch ahead changes no batch
+    for e in (1, 2):          # every epoch is its seeded batches, each taken once, in order
+        assert runs[0][e] == [b.src.tolist() + b.tgt_out.tolist() for b in epoch_batches(src, tgt, 600, 3, e)]
+    assert runs[0][1] != runs[0][2]

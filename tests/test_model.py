@@ -155,3 +155,19 @@ def test_dropout_rate_scale_and_eval_identity():
     xg = torch.ones(10, requires_grad=True)
     d.train()(xg).sum().backward()
     assert set(xg.grad.unique().tolist()) <= {0.0, scale}
+
+
+def test_the_causal_flag_gives_the_masked_outputs_at_real_positions(small_model, monkeypatch):
+    """The GPU path (SDPA's is_causal, no mask) against the explicit pad-and-causal mask, on
+    right-padded targets: the same logits wherever the target is real."""
+    import mt.model
+    torch.manual_seed(5)
+    src = torch.randint(4, 50, (3, 6))
+    tgt = torch.randint(4, 50, (3, 7))
+    tgt[1, 4:], tgt[2, 2:] = PAD, PAD
+    masked = small_model(src, src != PAD, tgt, tgt != PAD)                       # (B, T, V)
+    monkeypatch.setattr(mt.model, "causal_flag", lambda tgt_in: True)
+    flagged = small_model(src, src != PAD, tgt, tgt != PAD)
+    real = tgt != PAD
+    torch.testing.assert_close(flagged[real], masked[real], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(flagged[~real], masked[~real])  # pad positions now see other pads

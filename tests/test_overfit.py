@@ -24,7 +24,7 @@ def test_overfit_100_toy_pairs(toy):
         batches, epoch, index = stream.take(epoch, index, 1)
         step += 1
         stats = train_step(model, optimizer, batches, no_smoothing, inverse_sqrt_lr(step, 3e-3, 50))
-    assert stats.finite and stats.target_tokens == batches[0].ntokens
+    assert stats.stepped and stats.target_tokens == batches[0].ntokens
     assert stats.nll / stats.target_tokens < 0.05
     hyps = translate_lines(model, tokenizer, src, DecodeConfig())
     assert score(hyps, tgt)["bleu"] > 90

@@ -209,7 +209,7 @@ def test_diverging_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monke
 
 
 def test_python_rng_state_survives_weights_only_loading(tmp_path):
-    state = rng_state()
+    state = rng_state(torch.device("cpu"))
     torch.save({"rng": state}, tmp_path / "r.pt")
     loaded = torch.load(tmp_path / "r.pt", weights_only=True)["rng"]
     assert loaded["python"] == state["python"] and torch.equal(loaded["torch"], state["torch"])

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import mt.train
+import mt.validation
 from mt.cli import main
 from mt.config import DecodeConfig, load_config
 from mt.train import train
@@ -72,12 +73,12 @@ def test_patience_stops_after_validations_without_a_bleu_gain(tmp_path, tiny, mo
 
 
 def test_validation_decodes_with_valid_beam_whatever_decode_says(tmp_path, tiny, monkeypatch):
-    real, seen = mt.train.translate_lines, []
+    real, seen = mt.validation.translate_lines, []
 
     def spy(model, tokenizer, lines, cfg, device="cpu", max_source_pieces=None):
         seen.append(cfg)
         return real(model, tokenizer, lines, cfg, device, max_source_pieces)
-    monkeypatch.setattr(mt.train, "translate_lines", spy)
+    monkeypatch.setattr(mt.validation, "translate_lines", spy)
     overrides = tiny + ["train.max_steps=4", "train.valid_beam=2", "decode.beam=5", "decode.length_penalty=0.3",
                         "decode.max_len_a=3.0"]
     run = tmp_path / "run"

@@ -84,7 +84,7 @@ def test_train_step_over_micro_batches_equals_one_batch():
     with torch.no_grad():
         by_hand = sum(batch_loss(twin_before, b, 0.1)[0].item() for b in micro)
     assert stats.loss == pytest.approx(by_hand, rel=1e-5)
-    assert (stats.finite, stats.stop) == (True, False)
+    assert (stats.stepped, stats.overflow, stats.stop) == (True, False, False)
 
 
 def test_train_step_applies_lr_and_clips_the_gradient_norm():
@@ -105,5 +105,24 @@ def test_train_step_skips_a_non_finite_update(monkeypatch):
                                                                     torch.tensor(1.0)))
     stats = train_step(model, torch.optim.SGD(model.parameters()), [make_batch(*zip(*pairs))], TrainConfig(), lr=1.0,
                        stop_requested=True)
-    assert not stats.finite and stats.stop
+    assert not stats.stepped and not stats.overflow and stats.stop
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_an_fp16_style_overflow_skips_the_update_without_an_error(monkeypatch):
+    """The grad scaler's overflow (here a CPU scaler whose first scales overflow float32 gradients)
+    is no step and no error: the parameters stay, the scale goes down, later updates go through."""
+    real = mt.train.batch_loss
+    monkeypatch.setattr(mt.train, "batch_loss", lambda m, b, eps: tuple(x * 1e6 for x in real(m, b, eps)))
+    model, pairs = _model_and_batches()
+    before = copy.deepcopy(model.state_dict())
+    optimizer, batch = torch.optim.SGD(model.parameters()), make_batch(*zip(*pairs))
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)
+    stats = train_step(model, optimizer, [batch], TrainConfig(), lr=0.1, scaler=scaler)
+    assert (stats.stepped, stats.overflow) == (False, True) and math.isfinite(stats.loss)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert scaler.get_scale() == 2.0 ** 126
+    again = train_step(model, optimizer, [batch], TrainConfig(), lr=0.1, scaler=scaler)
+    while again.overflow:
+        again = train_step(model, optimizer, [batch], TrainConfig(), lr=0.1, scaler=scaler)
+    assert again.stepped and not all(torch.equal(before[k], v) for k, v in model.state_dict().items())
