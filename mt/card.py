@@ -78,7 +78,9 @@ def update_card(run_dir: str | Path, **sections) -> dict:
     return card
 
 
-def result_key(split: str, beam: int, length_penalty: float) -> str:
-    """How a decoding setting is named in cards and eval files: test, test-beam5, test-beam5-lp0.6."""
+def result_key(split: str, beam: int, length_penalty: float, checkpoint: str = "best") -> str:
+    """How an evaluation is named in cards and eval files: test, test-beam5, test-beam5-lp0.6, and
+    -last (or another checkpoint's name) when it did not use best.pt."""
     name = split if beam == 1 else f"{split}-beam{beam}"
-    return name if beam == 1 or length_penalty == 1.0 else f"{name}-lp{length_penalty:g}"
+    name = name if beam == 1 or length_penalty == 1.0 else f"{name}-lp{length_penalty:g}"
+    return name if checkpoint == "best" else f"{name}-{checkpoint}"

@@ -1,18 +1,21 @@
-"""`mt train | translate | evaluate | report | attention`: the command line, the only module that knows every other one.
+"""`mt train | translate | evaluate | report | attention`: the command line, the only module that knows
+every other one. It imports torch only inside the commands, so `mt --help` and `mt --version` are quick.
 
 User-fixable problems (ConfigError, DataError) print one line and exit with code 2; `--debug` shows
-the traceback instead.
+the traceback instead. Every command that writes a file says where.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
 import logging
 import os
 import sys
 from pathlib import Path
 
-from mt.config import ConfigError, load_config
-from mt.data import DataError
+from mt import __version__
+from mt.config import ConfigError, DataError, DecodeConfig, load_config  # no torch: `mt --help` stays fast
 
 log = logging.getLogger("mt")
 
@@ -60,11 +63,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     return EXIT_ON_SIGNAL.get(result["interrupted"], 0)
 
 
-def _decode_overrides(args: argparse.Namespace) -> list[str]:
-    """Decoding flags given on the command line, as config overrides of the run's decode section."""
-    flags = {"beam": args.beam, "n_best": args.n_best, "length_penalty": args.length_penalty,
+def _decoding(decode: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
+    """The run's decode config with the decoding flags given on the command line; a conflict is named
+    in the flags' terms."""
+    flags = {"beam": args.beam, "n_best": getattr(args, "n_best", None), "length_penalty": args.length_penalty,
              "batch_tokens": args.batch_tokens}
-    return [f"decode.{key}={value}" for key, value in flags.items() if value is not None]
+    decode = dataclasses.replace(decode, **{k: v for k, v in flags.items() if v is not None})
+    if decode.n_best > decode.beam:
+        beam = f"--beam {decode.beam}" if args.beam is not None else f"the run's beam ({decode.beam})"
+        raise ConfigError(f"--n-best {decode.n_best} is more than {beam}: beam search keeps only that many "
+                          f"hypotheses; add --beam {decode.n_best} or more")
+    return decode
+
+
+def _flag_overrides(args: argparse.Namespace) -> list[str]:
+    """The decoding flags given, as overrides of the run's decode config (argparse checked each)."""
+    flags = {"beam": args.beam, "length_penalty": args.length_penalty, "batch_tokens": args.batch_tokens}
+    return [f"decode.{k}={v}" for k, v in flags.items() if v is not None]
 
 
 def _read_input(path: str | None) -> list[str]:
@@ -98,12 +113,11 @@ def cmd_translate(args: argparse.Namespace) -> None:
     # an input file is read before the model loads (a wrong path fails fast); stdin after (a bad run
     # directory is reported before waiting on a terminal)
     lines = _read_input(args.input) if args.input else None
-    cfg, tokenizer, model = load_run(args.run, overrides=_decode_overrides(args))
-    device = resolve_device(args.device)
+    cfg, tokenizer, model = load_run(args.run, args.checkpoint)
+    decode, device = _decoding(cfg.decode, args), resolve_device(args.device)
     lines = lines if lines is not None else _read_input(None)
-    found = translate_nbest(model.to(device), tokenizer, lines, cfg.decode, device,
-                            max_source_pieces=cfg.data.max_len)
-    if cfg.decode.n_best == 1:
+    found = translate_nbest(model.to(device), tokenizer, lines, decode, device, max_source_pieces=cfg.data.max_len)
+    if decode.n_best == 1:
         out = [hyps[0][0] for hyps in found]
     else:  # Moses n-best format: input line index ||| translation ||| score
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, hyps in enumerate(found) for text, score in hyps]
@@ -111,6 +125,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.output:
         from mt.files import write_text
         write_text(args.output, text)
+        print(f"wrote {args.output} ({len(lines)} lines)", file=sys.stderr)
     else:
         sys.stdout.write(text)
 
@@ -119,11 +134,15 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from mt.evaluate import evaluate_run
 
     _setup_logging()
-    result = evaluate_run(args.run, args.split, args.device, _decode_overrides(args))
-    print(f"{args.split}: BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  ({result['sentences']} sentences, "
-          f"beam {result['beam']}, length penalty {result['length_penalty']})")
+    if (args.src is None) != (args.ref is None):
+        raise ConfigError("--src and --ref go together: a source file and its reference translation")
+    files = (args.src, args.ref) if args.src else None
+    result = evaluate_run(args.run, args.split, args.device, _flag_overrides(args), args.checkpoint, files)
+    print(f"{result['split']}: BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  ({result['sentences']} "
+          f"sentences, beam {result['beam']}, length penalty {result['length_penalty']}, {result['checkpoint']})")
     print(f"  {result['bleu_signature']}")
     print(f"  {result['chrf_signature']}")
+    print(f"wrote {', '.join(result['written'])}", file=sys.stderr)
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -131,8 +150,9 @@ def cmd_report(args: argparse.Namespace) -> None:
 
     _setup_logging()
     out, plots = write_report(args.runs, args.out, args.setting)
-    skipped = "; plots skipped: matplotlib is not installed" if plots.startswith("Plots skipped") else ""
-    print(f"wrote {out}{skipped}")
+    png = out.with_name(out.stem + "-curves.png")
+    also = "; plots skipped: matplotlib is not installed" if plots.startswith("Plots skipped") else f" and {png}"
+    print(f"wrote {out}{also}")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
@@ -142,72 +162,118 @@ def cmd_attention(args: argparse.Namespace) -> None:
     from mt.rundir import load_run
 
     _setup_logging()
-    cfg, tokenizer, model = load_run(args.run)
+    cfg, tokenizer, model = load_run(args.run, args.checkpoint)
     device = resolve_device(args.device)
     found = attention_for(model.to(device), tokenizer, args.sentence, cfg.decode, device)
+    out = Path(args.out or Path(args.run) / "attention.png")
     try:
-        plot_attention(found.source, found.target, found.layers, Path(args.out), per_head=args.per_head)
+        plot_attention(found.source, found.target, found.layers, out, per_head=args.per_head)
     except ImportError:
         raise ConfigError("mt attention needs matplotlib: pip install -e '.[plot]'") from None
     print(found.translation)
-    print(f"wrote {args.out}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
+
+
+def _at_least(lo: float, kind: type = int):
+    def parse(text: str):
+        value = kind(text)
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"{text} is less than {lo:g}")
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def _run_options(p: argparse.ArgumentParser, decoding: bool = True, n_best: bool = False) -> None:
+    """--run, --checkpoint, --device and the decoding flags, shared by the commands that load a run."""
+    p.add_argument("--run", help="run directory (required)")
+    p.add_argument("--checkpoint", default="best",
+                   help="best (falls back to last.pt, with a warning, before the first validation), last, or a path")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: a GPU if one is visible")
+    if not decoding:
+        return
+    group = p.add_argument_group("decoding (defaults: the run's decode config)")
+    group.add_argument("--beam", type=_at_least(1), help="beam size; 1 = greedy")
+    if n_best:
+        group.add_argument("--n-best", type=_at_least(1), help="hypotheses per line, Moses format (<= beam)")
+    group.add_argument("--length-penalty", type=_at_least(0.0, float), help="GNMT alpha; 0 = raw log-probability")
+    group.add_argument("--batch-tokens", type=_at_least(16), help="source tokens per decoding batch")
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default where it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False, []) or action.default is argparse.SUPPRESS:
+            return action.help or ""
+        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mt", description="Train and run Transformer translation models.")
+    parser.add_argument("--version", action="version", version=f"mt {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for user errors")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("train", help="train a model from a YAML config")
-    p.add_argument("config")
-    p.add_argument("--run-dir", help="output directory (default runs/<config name>)")
+    command = lambda name, text: sub.add_parser(name, help=text, description=text,  # noqa: E731
+                                                formatter_class=_Help)
+    p = command("train", "train a model from a YAML config (re-running it resumes)")
+    p.add_argument("config", help="YAML config, e.g. configs/toy.yaml")
+    p.add_argument("--run-dir", help="output directory (default: runs/<config name>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a config key")
     p.add_argument("--force-new", action="store_true",
                    help="start over in a run directory that holds a checkpoint (its files move to replaced-*/)")
     p.set_defaults(func=cmd_train)
-
-    decoding = argparse.ArgumentParser(add_help=False)
-    group = decoding.add_argument_group("decoding (defaults: the run's decode config)")
-    group.add_argument("--beam", type=int, help="beam size; 1 = greedy")
-    group.add_argument("--n-best", type=int, help="hypotheses per line (translate; <= beam)")
-    group.add_argument("--length-penalty", type=float, help="GNMT alpha; 0 = raw log-probability")
-    group.add_argument("--batch-tokens", type=int, help="source tokens per decoding batch")
-
-    p = sub.add_parser("translate", parents=[decoding], help="translate lines (stdin -> stdout by default)")
-    p.add_argument("--run", required=True, help="run directory")
-    p.add_argument("--input", help="input file (default stdin)")
-    p.add_argument("--output", help="output file (default stdout)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p = command("translate", "translate lines, one output line per input line")
+    _run_options(p, n_best=True)
+    p.add_argument("--input", help="input file (default: stdin)")
+    p.add_argument("--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_translate)
-
-    p = sub.add_parser("evaluate", parents=[decoding], help="translate a split and score it with sacreBLEU")
-    p.add_argument("--run", required=True, help="run directory")
-    p.add_argument("--split", default="test", choices=["test", "val"])
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p = command("evaluate", "translate a split (or --src/--ref files) and score it with sacreBLEU")
+    _run_options(p)
+    p.add_argument("--split", default="test", choices=["test", "val"], help="the run's corpus split")
+    p.add_argument("--src", help="score this source file instead of a split (with --ref)")
+    p.add_argument("--ref", help="the reference translations of --src, line by line")
     p.set_defaults(func=cmd_evaluate)
-
-    p = sub.add_parser("report", help="compare runs: a Markdown table, significance tests, learning curves")
+    p = command("report", "compare runs: a Markdown table, significance tests, learning curves")
     p.add_argument("runs", nargs="+", help="run directories; the first is the baseline")
-    p.add_argument("--out", default="report.md", help="Markdown file; the plot goes beside it")
-    p.add_argument("--setting", default="test",
-                   help="which evaluation to compare: test, val, test-beam5, ... (default test)")
+    p.add_argument("--out", default="runs/report.md", help="Markdown file; the plot goes beside it")
+    p.add_argument("--setting", default="test", help="which evaluation to compare: test, val, test-beam5, ...")
     p.set_defaults(func=cmd_report)
-
-    p = sub.add_parser("attention", help="plot cross-attention of the greedy translation of one sentence")
+    p = command("attention", "plot cross-attention of the greedy translation of one sentence")
     p.add_argument("sentence")
-    p.add_argument("--run", required=True, help="run directory")
-    p.add_argument("--out", default="attention.png", help="PNG file")
+    _run_options(p, decoding=False)
+    p.add_argument("--out", help="PNG file (default: RUN/attention.png)")
     p.add_argument("--per-head", action="store_true", help="one panel per head instead of the mean over heads")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_attention)
+    parser.commands = sub.choices  # name -> its parser, for `parse`
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    from mt.distributed import RankFailure
-    from mt.train import TrainingError
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Arguments, with an unknown option named first (and the closest real one), before anything missing."""
+    args, unknown = parser.parse_known_args(argv)
+    command = parser.commands[args.command]
+    if unknown:
+        options = [o for action in command._actions for o in action.option_strings]
+        close = difflib.get_close_matches(unknown[0].split("=")[0], options, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    if getattr(args, "run", "") is None:
+        command.error("the following arguments are required: --run")
+    return args
 
-    args = build_parser().parse_args(argv)
+
+def _exit_code(e: Exception) -> int | None:
+    """2 for input the user can fix, 1 for training that cannot go on, None for a bug."""
+    if isinstance(e, (ConfigError, DataError)):
+        return 2
+    from mt.distributed import RankFailure  # imports torch: only on this path
+    from mt.train import TrainingError
+    return 1 if isinstance(e, (TrainingError, RankFailure)) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(build_parser(), argv)
     try:
         return args.func(args) or 0
     except KeyboardInterrupt:  # a second Ctrl-C while training, or one in any other command
@@ -216,12 +282,13 @@ def main(argv: list[str] | None = None) -> int:
         print("mt: interrupted; files are written whole or not at all, so every checkpoint is intact",
               file=sys.stderr)
         return EXIT_ON_SIGNAL["SIGINT"]
-    except (ConfigError, DataError, TrainingError, RankFailure) as e:
-        if args.debug:
+    except Exception as e:
+        code = _exit_code(e)
+        if code is None or args.debug:
             raise
         where = f"[rank {_rank()}] " if "WORLD_SIZE" in os.environ else ""
         print(f"mt: error: {where}{e}", file=sys.stderr)
-        return 2 if isinstance(e, (ConfigError, DataError)) else 1
+        return code
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ choices or range in its metadata. Unknown keys, wrong types and out-of-range val
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 from dataclasses import dataclass, field
@@ -18,6 +19,10 @@ from mt.files import write_text
 
 class ConfigError(ValueError):
     """A problem with the user's config or command line that the user can fix."""
+
+
+class DataError(ValueError):
+    """A problem with corpus files that the user can fix."""
 
 
 def _choice(default: str, *choices: str) -> Any:
@@ -131,6 +136,13 @@ def _check_value(path: str, f: dataclasses.Field, value: Any) -> Any:
     return value
 
 
+# What users of JoeyNMT and fairseq call some of our keys: "did you mean" hints for them.
+ALIASES = {"learning_rate": "lr", "lr_warmup": "warmup_steps", "warmup": "warmup_steps", "batch_size": "max_tokens",
+           "max_update": "max_steps", "beam_size": "beam", "nbest": "n_best", "num_layers": "layers",
+           "hidden_size": "d_model", "embedding_dim": "d_model", "num_heads": "n_heads", "ff_size": "d_ff",
+           "lenpen": "length_penalty", "alpha": "length_penalty", "update_freq": "accumulate"}
+
+
 def _build(cls: type, raw: Any, path: str) -> Any:
     """Build dataclass `cls` from a mapping, rejecting unknown keys with the closest valid name."""
     where = path or "config"
@@ -141,7 +153,8 @@ def _build(cls: type, raw: Any, path: str) -> Any:
     for key, value in raw.items():
         key_path = f"{path}.{key}" if path else str(key)
         if key not in fields:
-            close = difflib.get_close_matches(str(key), fields, n=1)
+            close = difflib.get_close_matches(str(key), fields, n=1) or [
+                ALIASES[a] for a in difflib.get_close_matches(str(key), ALIASES, n=1) if ALIASES[a] in fields]
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise ConfigError(f"unknown key '{key_path}'{hint} valid keys: {', '.join(fields)}")
         f = fields[key]
@@ -253,14 +266,25 @@ def _read_with_bases(path: Path, chain: tuple[Path, ...] = ()) -> dict:
 def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
     """Read a YAML config (merged over its `base:` chain), apply `--set` overrides, validate.
 
-    The name defaults to the file's stem."""
+    The name defaults to the file's stem. An error names where the bad value came from: the file, or
+    the `--set` that brought it."""
     path = Path(path)
     raw = _read_with_bases(path)
     raw.setdefault("name", path.stem)
     try:
-        return config_from_dict(apply_overrides(raw, list(overrides)))
+        _build(RunConfig, raw, "")
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
+    for item in overrides:  # each on its own, so that a bad key or value is blamed on the flag
+        try:
+            _build(RunConfig, apply_overrides(copy.deepcopy(raw), [item]), "")
+        except ConfigError as e:
+            raise ConfigError(f"--set {item}: {e}") from None
+    try:
+        return config_from_dict(apply_overrides(raw, list(overrides)))
+    except ConfigError as e:  # a cross-field check
+        where = f"{path} with --set {' '.join(overrides)}" if overrides else str(path)
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def base_config(cfg: RunConfig) -> RunConfig:

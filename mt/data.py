@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from mt.config import DataConfig
+from mt.config import DataConfig, DataError
 from mt.files import write_bytes
 from mt.tokenizer import BOS, EOS, PAD
 from mt.toy import toy_corpus
@@ -41,10 +41,6 @@ def downloads_dir() -> Path:
 
 
 SPLIT_FILES = {"train": "train", "val": "val", "test": "test2016"}
-
-
-class DataError(ValueError):
-    """A problem with corpus files that the user can fix."""
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -100,7 +96,7 @@ def _sha256(path: Path) -> str:
 
 
 def _download(manifest: dict, dest: Path) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
+    """Fetch the files `dest` lacks; the folder is made only once a download succeeded (no debris)."""
     for name, entry in manifest["files"].items():
         target = dest / name
         if target.exists() and _sha256(target) == entry["sha256"]:
@@ -113,6 +109,7 @@ def _download(manifest: dict, dest: Path) -> None:
         except OSError as e:
             raise DataError(f"cannot download {url} ({e}); set MT_DATA_DIR to a folder holding "
                             f"multi30k/{{train,val,test2016}}.{{de,en}}.gz") from None
+        dest.mkdir(parents=True, exist_ok=True)
         write_bytes(target, payload)
 
 

@@ -1,5 +1,5 @@
 """Where a process runs: its device, and under torchrun who it is, the process group, and the few
-collectives the training loop needs.
+collectives the training loop needs; and how it is asked to stop (Ctrl-C, SIGTERM).
 
 `torchrun --nproc_per_node N -m mt train CONFIG` starts N copies of `mt train`; torchrun's RANK,
 WORLD_SIZE and LOCAL_RANK tell each which it is. Without torchrun, WORLD_SIZE is absent and every
@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -126,3 +128,24 @@ def gather(obj: Any, ranks: Ranks) -> list[Any]:
     out: list[Any] = [None] * ranks.world
     _collective(dist.all_gather_object, out, obj)
     return out
+
+
+@contextlib.contextmanager
+def stop_requests():
+    """While active, Ctrl-C and SIGTERM only record their name in the yielded list, so the loop can
+    finish its update, checkpoint and return. A second Ctrl-C interrupts at once (the default)."""
+    received: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum, frame):
+        received.append(signal.Signals(signum).name)
+        signal.signal(signum, previous[signum])
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

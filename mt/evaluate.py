@@ -13,12 +13,12 @@ from torch import Tensor
 
 from mt.card import code_version, config_section, hardware, read_card, result_key, update_card
 from mt.config import DecodeConfig, RunConfig
-from mt.data import load_split, normalize, source_batch
+from mt.data import load_split, normalize, read_parallel, source_batch
 from mt.decode import greedy_decode
 from mt.distributed import resolve_device
 from mt.files import write_text
 from mt.model import Seq2Seq, count_parameters
-from mt.rundir import load_run
+from mt.rundir import checkpoint_path, load_run
 from mt.tokenizer import BOS, Tokenizer
 from mt.translate import score, translate_lines
 
@@ -27,30 +27,35 @@ def lines_sha256(lines: list[str]) -> str:
     return hashlib.sha256("".join(line + "\n" for line in lines).encode()).hexdigest()
 
 
-def evaluate_run(run_dir: str | Path, split: str = "test", device: str = "auto",
-                 overrides: list[str] = ()) -> dict:
-    """Translate `split` with the best checkpoint and score it; write DIR/eval-<key>.json, the
-    translations (hyp-<key>.txt), the references (ref-<split>.txt, for `mt report`), and the card's
-    results. <key> names the decoding setting: test, test-beam5, test-beam5-lp0.6.
+def evaluate_run(run_dir: str | Path, split: str = "test", device: str = "auto", overrides: list[str] = (),
+                 checkpoint: str = "best", files: tuple[str, str] | None = None) -> dict:
+    """Translate a corpus split (or `files`: a source and a reference file) with a checkpoint and score
+    it; write DIR/eval-<key>.json, the translations (hyp-<key>.txt), the references (ref-<name>.txt, for
+    `mt report`), and the card's results. <key> names the data and the decoding setting: test,
+    test-beam5, test-beam5-lp0.6, test-last (another checkpoint than best), news.de (files).
 
-    `overrides` are `key.path=value` strings applied to the run's config (e.g. decode.beam=5).
+    `overrides` are `key.path=value` strings applied to the run's config (e.g. decode.beam=5). The
+    result lists the files written under "written".
     """
     run_dir = Path(run_dir)
-    cfg, tokenizer, model = load_run(run_dir, overrides=overrides)
+    path = checkpoint_path(run_dir, checkpoint)
+    cfg, tokenizer, model = load_run(run_dir, str(path), overrides)
+    name, (src, ref) = (Path(files[0]).name, read_parallel(*map(Path, files))) if files else \
+        (split, load_split(cfg.data, split))
     dev = resolve_device(device)
-    src, ref = load_split(cfg.data, split)
     hyps = translate_lines(model.to(dev), tokenizer, src, cfg.decode, dev, max_source_pieces=cfg.data.max_len)
-    key = result_key(split, cfg.decode.beam, cfg.decode.length_penalty)
-    result = {"split": split, "beam": cfg.decode.beam, "length_penalty": cfg.decode.length_penalty,
-              **score(hyps, ref), "refs_sha256": lines_sha256(ref), "hyp_file": f"hyp-{key}.txt",
-              "ref_file": f"ref-{split}.txt"}
-    write_text(run_dir / result["hyp_file"], "".join(h + "\n" for h in hyps))
-    write_text(run_dir / result["ref_file"], "".join(r + "\n" for r in ref))
-    write_text(run_dir / f"eval-{key}.json", json.dumps(result, indent=2) + "\n")
+    key = result_key(name, cfg.decode.beam, cfg.decode.length_penalty, path.stem)
+    result = {"split": name, "checkpoint": str(path), "beam": cfg.decode.beam,
+              "length_penalty": cfg.decode.length_penalty, **score(hyps, ref), "refs_sha256": lines_sha256(ref),
+              "hyp_file": f"hyp-{key}.txt", "ref_file": f"ref-{name}.txt"}
+    written = [run_dir / result["hyp_file"], run_dir / result["ref_file"], run_dir / f"eval-{key}.json"]
+    write_text(written[0], "".join(h + "\n" for h in hyps))
+    write_text(written[1], "".join(r + "\n" for r in ref))
+    write_text(written[2], json.dumps(result, indent=2) + "\n")
     card = read_card(run_dir)
     sections = {} if "training" in card else describe_untracked_run(run_dir, cfg, model)
     update_card(run_dir, **sections, results={**card.get("results", {}), key: result})
-    return result
+    return {**result, "key": key, "written": [str(p) for p in written + [run_dir / "card.json"]]}
 
 
 def describe_untracked_run(run_dir: Path, cfg: RunConfig, model: Seq2Seq) -> dict:

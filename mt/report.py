@@ -126,7 +126,8 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
     comparable = [r for r, why in zip(runs, problems) if not why]
     tests = dict(zip([r.label for r in comparable], paired_bootstrap(comparable, setting))) \
         if len(comparable) > 1 else {}
-    best = max(comparable, key=lambda r: r.result(setting)["bleu"])
+    top = max(r.result(setting)["bleu"] for r in comparable)
+    best = [r for r in comparable if r.result(setting)["bleu"] == top]  # ties share the star
     out = [f"# Comparing {len(runs)} runs on `{setting}`", ""]
     out += [f"Baseline: `{runs[0].path}`. {base['sentences']} sentences, references sha256 "
             f"`{base['refs_sha256'][:12]}`, beam {base['beam']}, length penalty {base['length_penalty']}. "
@@ -159,7 +160,7 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
     return "\n".join(out)
 
 
-def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: Run) -> list[str]:
+def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: list[Run]) -> list[str]:
     """One row per run: its card, its scores and p-values, and the config keys that differ."""
     keys = differing_keys(runs)
     out = ["| run | config (hash) | params | steps | epochs | wall | tok/s | best step | val BLEU | BLEU | p | "
@@ -168,7 +169,7 @@ def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: Run) -> 
     for i, run in enumerate(runs):
         c, t, res = run.card, run.card.get("training", {}), run.result(setting) or {}
         test = tests.get(run.label, {})
-        mark = " ★" if run is best else ""
+        mark = " ★" if any(run is b for b in best) else ""
         out.append(
             f"| {run.label}{mark} | {c['config']['name']} ({c['config']['hash'][:8]}) | {c['parameters'] / 1e6:.2f}M "
             f"| {t.get('steps', '–')} | {t.get('epochs', '–')} | {_fmt(t.get('wall_s'), '.0f')} s "
@@ -200,6 +201,10 @@ def plot_curves(runs: list[Run], path: Path) -> None:
     for ax in axes.flat:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    for ax in axes[1]:  # at least 2 BLEU on the axis: 0.0141 vs 0.0142 must not look like a gap
+        low, high = ax.get_ylim()
+        if high - low < 2.0:
+            ax.set_ylim((low + high) / 2 - 1.0, (low + high) / 2 + 1.0)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -220,6 +225,12 @@ def write_report(paths: list[str | Path], out: str | Path, setting: str = "test"
     return out, plots
 
 
+def piece_labels(pieces: list[str]) -> list[str]:
+    """Axis labels for sentencepiece pieces: the word-start marker U+2581 (drawn as a stray "_" under
+    rotated labels) dropped; a piece that continues a word gets a leading "-"."""
+    return [p[1:] or p if p.startswith("\u2581") else p if p in ("</s>", "<s>") else "-" + p for p in pieces]
+
+
 def plot_attention(src: list[str], tgt: list[str], layers: list, path: Path, per_head: bool = False) -> None:
     """Heatmaps of cross-attention (target pieces x source pieces): one panel per decoder layer,
     averaged over heads, or layers x heads with `per_head`. `layers`: (H, T, S) tensors."""
@@ -234,9 +245,10 @@ def plot_attention(src: list[str], tgt: list[str], layers: list, path: Path, per
     for i, row in enumerate(panels):
         for h, weights in enumerate(row):
             ax = axes[i][h]
-            ax.imshow(weights.numpy(), cmap="Blues", vmin=0.0, aspect="auto")
-            ax.set_xticks(range(len(src)), src, rotation=90, fontsize=8)
-            ax.set_yticks(range(len(tgt)), tgt, fontsize=8)
+            image = ax.imshow(weights.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+            fig.colorbar(image, ax=ax, fraction=0.05, label="attention weight")
+            ax.set_xticks(range(len(src)), piece_labels(src), rotation=90, fontsize=8)
+            ax.set_yticks(range(len(tgt)), piece_labels(tgt), fontsize=8)
             ax.set_title(f"layer {i + 1}" + (f", head {h + 1}" if per_head else ", mean of heads"), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -155,16 +155,29 @@ def run_tokenizer(run_dir: Path, ckpt: dict, ckpt_name: str, fix: str) -> Tokeni
     return tokenizer
 
 
-def load_run(run_dir: str | Path, which: str = "best", overrides: list[str] = ()
+def checkpoint_path(run_dir: Path, checkpoint: str = "best") -> Path:
+    """The file `--checkpoint` names: best (DIR/best.pt; DIR/last.pt, with a warning, while there is
+    no best.pt yet), last (DIR/last.pt), or a path to any checkpoint of this run."""
+    if checkpoint not in ("best", "last"):
+        return Path(checkpoint)
+    path = run_dir / f"{checkpoint}.pt"
+    if checkpoint == "best" and not path.exists() and (run_dir / "last.pt").exists():
+        log.warning("%s: not written yet (no validation so far); using %s", path, run_dir / "last.pt")
+        return run_dir / "last.pt"
+    return path
+
+
+def load_run(run_dir: str | Path, checkpoint: str = "best", overrides: list[str] = ()
              ) -> tuple[RunConfig, Tokenizer, Seq2Seq]:
-    """Config, tokenizer and model (in eval mode, on CPU) from a run directory's `which`.pt.
+    """Config, tokenizer and model (in eval mode, on CPU) from a run directory and one of its
+    checkpoints (see `checkpoint_path`).
 
     `overrides` (`key.path=value`) change the loaded config, e.g. decode.beam=5; they are validated.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: run directory not found")
-    path = run_dir / f"{which}.pt"
+    path = checkpoint_path(run_dir, checkpoint)
     ckpt = load_checkpoint(path)
     cfg = stored_config(ckpt, path, overrides)
     tokenizer = run_tokenizer(run_dir, ckpt, path.name, "the run directory is incomplete")

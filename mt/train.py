@@ -15,9 +15,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import random
-import signal
-import threading
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,14 +154,18 @@ def joint_bpe(cfg: RunConfig, lines: list[str], ranks: distributed.Ranks) -> Tok
     return tokenizer
 
 
-def setup(cfg: RunConfig, run_dir: Path, force_new: bool, ranks: distributed.Ranks,
+def best_so_far(p: Progress) -> str:
+    return f"best val BLEU {p.best_bleu:.2f} at step {p.best_step}" if p.validated_step >= 0 else "no validation yet"
+
+
+def setup(cfg: RunConfig, run_dir: Path, force_new: bool, resumed: tuple | None, ranks: distributed.Ranks,
           cleanup: contextlib.ExitStack) -> Session:
-    """Build everything the loop needs, starting fresh or from run_dir/last.pt. Every check on user
-    input runs before the first write to run_dir (rundir.open_run_dir); `cleanup` closes the files."""
+    """Build everything the loop needs, starting fresh or from `resumed` (rundir.resume_checkpoint).
+    Every check on user input runs before the first write to run_dir (rundir.open_run_dir); `cleanup`
+    closes the files."""
     start_log = cleanup.enter_context(rundir.run_log(logging.getLogger("mt"), ranks.main))
     log.info("run directory %s", run_dir)
     device = start_device(cfg, ranks)
-    resumed = None if force_new else rundir.resume_checkpoint(cfg, run_dir, ranks.world)
     src, tgt = load_split(cfg.data, "train")
     val_lines = load_split(cfg.data, "val") if ranks.main else None
     tokenizer = resumed[1] if resumed else joint_bpe(cfg, src + tgt, ranks)
@@ -181,8 +185,8 @@ def setup(cfg: RunConfig, run_dir: Path, force_new: bool, ranks: distributed.Ran
     if metrics is not None:
         cleanup.callback(metrics.close)
     if resumed:
-        log.info("resuming %s/last.pt: step %d, epoch %d (batch %d), best val BLEU %.2f at step %d", run_dir,
-                 progress.step, progress.epoch, progress.batch_index, progress.best_bleu, progress.best_step)
+        log.info("resuming %s/last.pt: step %d, epoch %d (batch %d), %s", run_dir, progress.step, progress.epoch,
+                 progress.batch_index, best_so_far(progress))
     # DDP wraps the model for training steps only; validation and saving use the plain module
     ddp = DistributedDataParallel(model, forward_sync_buffers=False) if ranks.enabled else model
     log.info("model: %d parameters; device %s; precision %s; threads %d; processes %d", count_parameters(model),
@@ -190,27 +194,6 @@ def setup(cfg: RunConfig, run_dir: Path, force_new: bool, ranks: distributed.Ran
     return Session(cfg, run_dir, ranks, device, tokenizer, model, ddp, optimizer, scaler, progress,
                    BatchStream(src_ids, tgt_ids, cfg.train.max_tokens, cfg.train.seed,
                                pin_memory=device.type == "cuda", prefetch=device.type == "cuda"), val, metrics)
-
-
-@contextlib.contextmanager
-def stop_requests():
-    """While active, Ctrl-C and SIGTERM only record their name in the yielded list, so the loop can
-    finish its update, checkpoint and return. A second Ctrl-C interrupts at once (the default)."""
-    received: list[str] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def handler(signum, frame):
-        received.append(signal.Signals(signum).name)
-        signal.signal(signum, previous[signum])
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield received
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def save(s: Session, name: str) -> None:
@@ -258,12 +241,30 @@ def log_train(s: Session, bar: tqdm) -> None:
     tok_s = w["tokens"] / max(w["seconds"], 1e-9)
     write_metrics(s, {"step": p.step, "epoch": p.epoch, "loss": round(loss, 4), "nll": round(nll, 4), "lr": lr,
                       "tokens_per_s": round(tok_s, 1), "elapsed_s": round(p.elapsed_s, 1)})
-    log.info("step %d | epoch %d | loss %.3f | nll %.3f | ppl %.1f | lr %.2e | tok/s %.0f | elapsed %.0fs",
-             p.step, p.epoch, loss, nll, math.exp(min(nll, 50.0)), lr, tok_s, p.elapsed_s)
-    budget = s.cfg.train.max_minutes * 60
-    left = {"time_left": f"{max(budget - p.elapsed_s, 0) / 60:.1f}m"} if budget else {}
-    bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:.0f}", **left)
+    t = s.cfg.train
+    eta = p.elapsed_s / p.step * (t.max_steps - p.step)  # at this pace, validations included
+    eta = min(eta, 60 * t.max_minutes - p.elapsed_s) if t.max_minutes else eta
+    log.info("step %d/%d | epoch %d | loss %.3f | nll %.3f | ppl %.1f | lr %.2e | tok/s %.0f | elapsed %.0fs | "
+             "eta %s", p.step, t.max_steps, p.epoch, loss, nll, math.exp(min(nll, 50.0)), lr, tok_s, p.elapsed_s,
+             clock(eta))
+    bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:.0f}", eta=clock(eta))
     p.window = dict(EMPTY_WINDOW)
+
+
+def clock(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def progress_bar(t: TrainConfig, p: Progress, ranks: distributed.Ranks) -> tqdm:
+    """Steps done of train.max_steps, on rank 0's terminal; a terminal that reports no width gets 80
+    columns rather than no bar."""
+    try:
+        width = os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError):
+        width = 0
+    return tqdm(total=t.max_steps, initial=p.step, desc="train", unit="step", dynamic_ncols=width > 0,
+                ncols=None if width > 0 else 80, disable=None if ranks.main else True)
 
 
 def validate_and_save(s: Session) -> None:
@@ -316,8 +317,8 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
         log.info("%s at step %d: saved %s/last.pt; run the same command again to resume",
                  interrupted, p.step, s.run_dir)
     else:
-        log.info("stopped at step %d (epoch %d): %s; best val BLEU %.2f at step %d; %.0fs wall, %.0fs in "
-                 "updates", p.step, p.epoch, stop, p.best_bleu, p.best_step, p.elapsed_s, p.train_seconds)
+        log.info("stopped at step %d (epoch %d): %s; %s; %.0fs wall, %.0fs in updates", p.step, p.epoch, stop,
+                 best_so_far(p), p.elapsed_s, p.train_seconds)
     if s.ranks.main:
         training = {"steps": p.step, "epochs": p.epoch, "wall_s": round(p.elapsed_s, 1),
                     "train_s": round(p.train_seconds, 1),
@@ -332,20 +333,28 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
             "train_seconds": p.train_seconds, "elapsed_s": p.elapsed_s, "interrupted": interrupted, "stopped": stop}
 
 
+def already_finished(run_dir: Path, t: TrainConfig, p: Progress) -> dict:
+    log.info("%s: already finished at step %d (%s); %s; raise train.max_steps (or max_minutes, patience) "
+             "with --set to train further", run_dir, p.step, stop_reason(t, p), best_so_far(p))
+    return {"step": p.step, "epoch": p.epoch, "best_bleu": p.best_bleu, "best_step": p.best_step,
+            "train_seconds": p.train_seconds, "elapsed_s": p.elapsed_s, "interrupted": "", "stopped": stop_reason(t, p)}
+
+
 def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
     """Train (or resume) a run in `run_dir`; under torchrun every rank calls this (and the caller ends
     the process group, once the DDP wrapper is gone). Returns a summary (`interrupted`: the signal
     that stopped it, `stopped`: the stop condition)."""
-    ranks, t = distributed.ranks_from_env(), cfg.train
+    ranks, t, run_dir = distributed.ranks_from_env(), cfg.train, Path(run_dir)
+    resumed = None if force_new else rundir.resume_checkpoint(cfg, run_dir, ranks.world)
+    if resumed and stop_reason(t, Progress(**resumed[0]["progress"])):  # say so before loading any data
+        return already_finished(run_dir, t, Progress(**resumed[0]["progress"]))
     with contextlib.ExitStack() as cleanup:
-        s = setup(cfg, Path(run_dir), force_new, ranks, cleanup)
+        s = setup(cfg, run_dir, force_new, resumed, ranks, cleanup)
         p = s.progress
         stop, interrupted = stop_reason(t, p), ""
         clock_start = time.perf_counter() - p.elapsed_s  # the clock runs on across restarts
         s.ddp.train()
-        with stop_requests() as requests, logging_redirect_tqdm(), \
-                tqdm(total=t.max_steps, initial=p.step, desc="train", unit="step", dynamic_ncols=True,
-                     disable=None if ranks.main else True) as bar:
+        with distributed.stop_requests() as requests, logging_redirect_tqdm(), progress_bar(t, p, ranks) as bar:
             while not stop and not interrupted:
                 batches, p.epoch, p.batch_index = s.stream.take(p.epoch, p.batch_index, t.accumulate * ranks.world)
                 lr = inverse_sqrt_lr(p.step + 1, t.lr, t.warmup_steps)  # the schedule is a function of step

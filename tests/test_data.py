@@ -184,6 +184,7 @@ def test_no_copy_and_no_network_says_how_to_fix(tmp_path, monkeypatch):
     monkeypatch.setattr("mt.data.downloads_dir", lambda: tmp_path / "local")
     with pytest.raises(DataError, match=r"cannot download .*; set MT_DATA_DIR to a folder holding multi30k/"):
         multi30k_dir("", tmp_path / "m.json")
+    assert not (tmp_path / "local").exists()  # no empty download folder left behind
 
 
 @needs_multi30k

@@ -75,6 +75,7 @@ def test_bad_corpus_leaves_an_existing_run_untouched(capsys, small_corpus, tiny,
     assert main(["train", "configs/toy.yaml", "--run-dir", str(run), *sets(overrides)]) == 0
     before = file_hashes(run)
     (corpus / "train.en").write_bytes(b"\xff\n")
+    overrides[-1] = "train.max_steps=4"  # resume it further: the corpus is read again
     code, err = run_main(capsys, "train", "configs/toy.yaml", "--run-dir", str(run), *sets(overrides))
     assert code == 2 and err.endswith(f"mt: error: {corpus}/train.en: line 1 is not valid UTF-8; "
                                       f"re-encode the file as UTF-8\n")

@@ -15,7 +15,7 @@ def mt_imports(path: Path) -> set[str]:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mt."):
             names.add(node.module.split(".")[1])
         elif isinstance(node, ast.ImportFrom) and node.module == "mt":   # from mt import distributed
-            names |= {a.name for a in node.names}
+            names |= {a.name for a in node.names if (PACKAGE / f"{a.name}.py").exists()}  # not __version__
         elif isinstance(node, ast.Import):
             names |= {a.name.split(".")[1] for a in node.names if a.name.startswith("mt.")}
     return names

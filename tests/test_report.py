@@ -11,7 +11,7 @@ from mt.cli import main
 from mt.config import load_config
 from mt.data import make_batch
 from mt.evaluate import evaluate_run
-from mt.report import _p, load_runs, paired_bootstrap, write_report
+from mt.report import _p, load_runs, paired_bootstrap, piece_labels, write_report
 from mt.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,6 +95,7 @@ def test_a_run_against_its_own_copy_is_not_significant(two_runs, tmp_path):
     bleu = json.loads((copy / "card.json").read_text())["results"]["test"]["bleu"]
     assert f"- `copy` vs `ls01`: BLEU +0.00, not significant ({bleu:.2f} -> {bleu:.2f} ± " in text
     assert "p = 1.0000)" in text
+    assert text.count("★") == 3  # the legend and both tied runs, not just the first
 
 
 @pytest.mark.slow
@@ -162,3 +163,8 @@ def test_evaluate_rebuilds_a_missing_card_from_metrics(two_runs, tmp_path):
     assert card["training"]["best_val_bleu"] == json.loads((two_runs[0] / "card.json").read_text())[
         "training"]["best_val_bleu"]
     assert card["code"]["recorded_by"] == "evaluate" and "test" in card["results"]
+
+
+def test_attention_labels_drop_the_word_marker():
+    assert piece_labels(["\u2581Der", "\u2581Hu", "nd", "\u2581", ".", "</s>"]) == ["Der", "Hu", "-nd", "\u2581", "-.",
+                                                                                  "</s>"]
