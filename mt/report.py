@@ -197,7 +197,7 @@ def plot_curves(runs: list[Run], path: Path) -> None:
             axes[1][col].plot([r[x] * scale for r in vals], [r["val_bleu"] for r in vals], marker="o", label=run.label)
     for col, xlabel in enumerate(("step", "wall clock (minutes)")):
         axes[0][col].set(xlabel=xlabel, ylabel="training NLL (unsmoothed)")
-        axes[1][col].set(xlabel=xlabel, ylabel="validation BLEU (greedy)")
+        axes[1][col].set(xlabel=xlabel, ylabel="validation BLEU (beam train.valid_beam)")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
