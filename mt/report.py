@@ -180,7 +180,7 @@ def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: list[Run
     return out
 
 
-def plot_curves(runs: list[Run], path: Path) -> None:
+def plot_curves(runs: list[Run], path: Path):
     """Training NLL and val BLEU against steps and against wall time, all runs on each panel. The NLL,
     not the label-smoothed loss, so that runs with different smoothing share a scale."""
     import matplotlib
@@ -208,6 +208,7 @@ def plot_curves(runs: list[Run], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig  # closed, but its axes can still be read
 
 
 def write_report(paths: list[str | Path], out: str | Path, setting: str = "test") -> tuple[Path, str]:
@@ -231,7 +232,7 @@ def piece_labels(pieces: list[str]) -> list[str]:
     return [p[1:] or p if p.startswith("\u2581") else p if p in ("</s>", "<s>") else "-" + p for p in pieces]
 
 
-def plot_attention(src: list[str], tgt: list[str], layers: list, path: Path, per_head: bool = False) -> None:
+def plot_attention(src: list[str], tgt: list[str], layers: list, path: Path, per_head: bool = False):
     """Heatmaps of cross-attention (target pieces x source pieces): one panel per decoder layer,
     averaged over heads, or layers x heads with `per_head`. `layers`: (H, T, S) tensors."""
     import matplotlib
@@ -253,3 +254,4 @@ def plot_attention(src: list[str], tgt: list[str], layers: list, path: Path, per
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig  # closed, but its axes can still be read

@@ -11,7 +11,7 @@ from mt.cli import main
 from mt.config import load_config
 from mt.data import make_batch
 from mt.evaluate import evaluate_run
-from mt.report import _p, load_runs, paired_bootstrap, piece_labels, write_report
+from mt.report import Run, _p, load_runs, paired_bootstrap, piece_labels, plot_attention, plot_curves, write_report
 from mt.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,3 +168,33 @@ def test_evaluate_rebuilds_a_missing_card_from_metrics(two_runs, tmp_path):
 def test_attention_labels_drop_the_word_marker():
     assert piece_labels(["\u2581Der", "\u2581Hu", "nd", "\u2581", ".", "</s>"]) == ["Der", "Hu", "-nd", "\u2581", "-.",
                                                                                   "</s>"]
+
+
+def test_close_bleu_curves_are_not_drawn_as_a_gap(tmp_path):
+    pytest.importorskip("matplotlib")
+    runs = [Run(tmp_path / name, {}, [{"step": 10, "elapsed_s": 60.0, "val_bleu": bleu}], name)
+            for name, bleu in (("a", 0.014120), ("b", 0.014145))]
+    fig = plot_curves(runs, tmp_path / "c.png")
+    for ax in fig.axes[2:]:  # the BLEU panels
+        low, high = ax.get_ylim()
+        assert high - low >= 2.0 and low < 0.01412 and high > 0.014145
+
+
+def test_attention_plot_has_a_colour_scale(tmp_path):
+    pytest.importorskip("matplotlib")
+    weights = [torch.full((2, 3, 4), 0.25), torch.full((2, 3, 4), 0.25)]  # 2 layers, (H, T, S)
+    fig = plot_attention(["\u2581Der", "\u2581Hund", ".", "</s>"], ["\u2581The", "\u2581dog", "</s>"], weights,
+                         tmp_path / "a.png")
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert len(panels) == 2 and len(fig.axes) == 4  # one colour bar per panel
+    assert [t.get_text() for t in panels[0].get_xticklabels()] == ["Der", "Hund", "-.", "</s>"]
+
+
+@pytest.mark.slow
+def test_report_and_attention_say_where_they_wrote(two_runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # defaults are relative: runs/report.md, and the run's own folder
+    assert main(["report", *map(str, two_runs)]) == 0
+    assert capsys.readouterr().out == "wrote runs/report.md and runs/report-curves.png\n"
+    assert (tmp_path / "runs" / "report.md").is_file()
+    assert main(["attention", "--run", str(two_runs[0]), "Der Hund ."]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == f"wrote {two_runs[0]}/attention.png"
