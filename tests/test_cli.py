@@ -47,6 +47,7 @@ def test_train_translate_evaluate_toy(tmp_path, tiny):
     (tmp_path / "in.txt").write_text(lines)
     out = mt("translate", "--run", str(run), "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "o.txt"))
     assert out.returncode == 0 and len((tmp_path / "o.txt").read_text().splitlines()) == 4
+    assert out.stderr.splitlines()[-1] == f"wrote {tmp_path / 'o.txt'} (4 lines)"
 
     out = mt("translate", "--run", str(run), "--beam", "3", "--n-best", "2", stdin=lines)
     assert out.returncode == 0, out.stderr
