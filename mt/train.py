@@ -329,6 +329,11 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
         update_card(s.run_dir, config=config_section(s.cfg), parameters=count_parameters(s.model),
                     precision=s.cfg.train.precision, code=code_version(),
                     hardware=hardware(s.device, s.ranks.world), training=training)
+    return summary(p, stop, interrupted)
+
+
+def summary(p: Progress, stop: str, interrupted: str = "") -> dict:
+    """What `train` returns: the counters a caller reports, and why it stopped."""
     return {"step": p.step, "epoch": p.epoch, "best_bleu": p.best_bleu, "best_step": p.best_step,
             "train_seconds": p.train_seconds, "elapsed_s": p.elapsed_s, "interrupted": interrupted, "stopped": stop}
 
@@ -336,8 +341,7 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
 def already_finished(run_dir: Path, t: TrainConfig, p: Progress) -> dict:
     log.info("%s: already finished at step %d (%s); %s; raise train.max_steps (or max_minutes, patience) "
              "with --set to train further", run_dir, p.step, stop_reason(t, p), best_so_far(p))
-    return {"step": p.step, "epoch": p.epoch, "best_bleu": p.best_bleu, "best_step": p.best_step,
-            "train_seconds": p.train_seconds, "elapsed_s": p.elapsed_s, "interrupted": "", "stopped": stop_reason(t, p)}
+    return summary(p, stop_reason(t, p))
 
 
 def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
