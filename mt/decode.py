@@ -31,7 +31,7 @@ def greedy_decode(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
     """Batched greedy search; each sentence stops at eos or at its own length limit.
 
     Finished sentences leave the batch (once a quarter of it has finished), so later steps compute
-    mostly the ones still running.
+    mostly the ones still running. A step is a fixed run of tensor operations and one host sync.
 
     Args:
         src: (B, S) ids, src_mask: (B, S) bool.
@@ -39,35 +39,37 @@ def greedy_decode(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
     Returns:
         B hypotheses; score = logprob (greedy does not normalise by length).
     """
+    B, device = src.size(0), src.device
     memory = model.encode(src, src_mask)                                    # (B, S, D)
     cache = KVCache(len(model.decoder)) if use_cache else None
     limits = max_output_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
-    rows = torch.arange(src.size(0), device=src.device)                    # input row of each active row
-    tokens = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)  # (B, 1)
-    logprob = torch.zeros(src.size(0), device=src.device)
-    finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-    results: list[Hypothesis | None] = [None] * src.size(0)
-    for t in range(1, int(limits.max()) + 1):
-        step_in = tokens[:, -1:] if use_cache else tokens                   # (b, 1) or (b, t)
+    steps = int(limits.max())
+    out_tokens = torch.full((B, steps + 1), PAD, dtype=torch.long, device=device)  # (B, 1 + steps) by input row
+    out_tokens[:, 0] = BOS
+    out_logprob = torch.zeros(B, device=device)
+    rows = torch.arange(B, device=device)                                  # input row of each active row
+    tokens, logprob = out_tokens.clone(), out_logprob.clone()              # of the active rows
+    finished = torch.zeros(B, dtype=torch.bool, device=device)
+    for t in range(1, steps + 1):
+        step_in = tokens[:, t - 1: t] if use_cache else tokens[:, :t]      # (b, 1) or (b, t)
         logits, cache = model.decode(step_in, memory, src_mask, cache)    # (b, 1|t, V)
         last = logits[:, -1].float()                                        # (b, V)
         best, next_token = last.max(dim=-1)                                 # (b,) each
         logprob += (best - torch.logsumexp(last, dim=-1)).masked_fill(finished, 0.0)  # log-softmax of the best
-        tokens = torch.cat([tokens, next_token.masked_fill(finished, PAD)[:, None]], dim=1)  # (b, t + 1)
-        newly_done = ~finished & ((next_token == EOS) | (limits <= t))     # (b,)
-        for i in newly_done.nonzero().flatten().tolist():
-            lp = float(logprob[i])
-            results[int(rows[i])] = Hypothesis(_strip(tokens[i, 1:].tolist()), lp, lp)
-        finished |= newly_done
-        if finished.all():
+        tokens[:, t] = next_token.masked_fill(finished, PAD)
+        finished |= (next_token == EOS) | (limits <= t)
+        n_finished = int(finished.sum())                                    # the step's one host sync
+        if n_finished == finished.numel():
             break
-        if 4 * int(finished.sum()) >= finished.numel():  # compact only now and then: it copies the cache
+        if 4 * n_finished >= finished.numel():  # compact only now and then: it copies the cache
+            out_tokens[rows], out_logprob[rows] = tokens, logprob
             keep = (~finished).nonzero().flatten()                          # (b',)
             rows, tokens, logprob, limits, finished = rows[keep], tokens[keep], logprob[keep], limits[keep], finished[keep]
             memory, src_mask = memory[keep], src_mask[keep]
             if cache is not None:
-                cache.reorder(keep)
-    return results
+                cache.reorder(keep, keep)
+    out_tokens[rows], out_logprob[rows] = tokens, logprob
+    return [Hypothesis(_strip(ids), lp, lp) for ids, lp in zip(out_tokens[:, 1:].tolist(), out_logprob.tolist())]
 
 
 def _strip(ids: list[int]) -> list[int]:
@@ -84,69 +86,97 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
 
 
 class _Beams:
-    """Search state of the B running sentences x K beams, flattened to B*K rows.
+    """Search state of the B running sentences x k beams, flattened to B*k rows, in tensors.
 
-    Done sentences leave the state at the next `advance`; `sentence` maps rows back to the input.
+    The first step has one beam per sentence (k = 1): all K beams would start identical. From then
+    on k = K. Finished hypotheses are kept per input sentence, in the order they finished; done
+    sentences leave the running state at the next `advance`, `sentence` maps rows back to the input.
     """
 
     def __init__(self, B: int, K: int, limits: Tensor, alpha: float, device: torch.device):
-        self.B, self.K, self.alpha, self.limits = B, K, alpha, limits         # limits (B,)
-        self.sentence = list(range(B))                                       # input index of each sentence
-        self.tokens = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)  # (B*K, t)
-        self.scores = torch.full((B, K), float("-inf"), device=device)       # (B, K) summed log-probs
-        self.scores[:, 0] = 0.0  # all beams start identical: expand only the first
-        self.finished: list[list[Hypothesis]] = [[] for _ in range(B)]      # by input index
-        self.done = torch.zeros(B, dtype=torch.bool, device=device)
+        self.K, self.k, self.alpha, self.limits = K, 1, alpha, limits           # limits (B,)
+        self.steps = int(limits.max())
+        self.sentence = torch.arange(B, device=device)                       # (B,) input index of each sentence
+        self.tokens = torch.full((B, self.steps + 1), PAD, dtype=torch.long, device=device)  # (B*k, 1 + steps)
+        self.tokens[:, 0] = BOS
+        self.scores = torch.zeros(B, 1, device=device)                       # (B, k) summed log-probs
+        self.done = torch.zeros(B, dtype=torch.bool, device=device)          # (B,)
+        # finished hypotheses by input sentence: fewer than K before a step, at most K more in it,
+        # and slot 2K takes the writes of candidates that did not finish
+        self.n_finished = torch.zeros(B, dtype=torch.long, device=device)     # (B,)
+        self.fin_tokens = torch.full((B, 2 * K + 1, self.steps), PAD, dtype=torch.long, device=device)
+        self.fin_logprob = torch.zeros(B, 2 * K + 1, device=device)
+        self.fin_length = torch.zeros(B, 2 * K + 1, dtype=torch.long, device=device)  # tokens, eos not counted
+        self.fin_step = torch.zeros(B, 2 * K + 1, dtype=torch.long, device=device)  # eos counted: the penalty's length
 
     def candidates(self, lprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """lprobs (B*K, V) -> the 2K best (score, beam, token) per sentence, each (B, 2K)."""
+        """lprobs (B*k, V) -> the 2K best (score, beam, token) per sentence, each (B, 2K)."""
         V = lprobs.size(-1)
-        total = (self.scores.view(-1, 1) + lprobs).view(self.B, self.K * V)  # (B, K*V)
-        top, flat = total.topk(2 * self.K, dim=1)                           # (B, 2K)
+        total = (self.scores.view(-1, 1) + lprobs).view(-1, self.k * V)     # (B, k*V)
+        top, flat = total.topk(min(2 * self.K, self.k * V), dim=1)          # (B, 2K)
         return top, flat // V, flat % V
 
     def finish(self, top: Tensor, beam: Tensor, token: Tensor, t: int) -> None:
-        """Move eos candidates ranked within the top K (and all beams at the limit) to `finished`."""
-        in_top_k = torch.arange(2 * self.K, device=top.device) < self.K      # (2K,)
-        at_limit = self.limits <= t                                          # (B,)
-        final = ((token == EOS) | at_limit[:, None]) & in_top_k & (top > float("-inf"))  # (B, 2K)
-        for b, j in final.nonzero().tolist():
-            row = b * self.K + int(beam[b, j])
-            ended = bool(token[b, j] == EOS)
-            ids = self.tokens[row, 1:].tolist() + ([] if ended else [int(token[b, j])])
-            logprob = float(top[b, j])
-            score = logprob / length_penalty(len(ids) + ended, self.alpha)
-            self.finished[self.sentence[b]].append(Hypothesis(ids, score, logprob))
-        full = torch.tensor([len(self.finished[i]) >= self.K for i in self.sentence], device=top.device)
-        self.done = at_limit | full
+        """Store eos candidates ranked within the top K (and all beams at the limit) as finished."""
+        B, W = top.shape
+        in_top_k = torch.arange(W, device=top.device) < self.K                # (2K,)
+        at_limit = self.limits <= t                                           # (B,)
+        ended = token == EOS                                                  # (B, 2K)
+        final = (ended | at_limit[:, None]) & in_top_k & (top > float("-inf"))  # (B, 2K)
+        n_finished = self.n_finished[self.sentence]                           # (B,)
+        slot = torch.where(final, n_finished[:, None] + final.cumsum(1) - 1, 2 * self.K)  # (B, 2K)
+        rows = beam + self.k * torch.arange(B, device=top.device)[:, None]     # (B, 2K)
+        ids = torch.cat([self.tokens[rows, 1:t], token.masked_fill(ended, PAD)[..., None]], dim=2)  # (B, 2K, t)
+        sentence = self.sentence[:, None]                                     # (B, 1)
+        self.fin_tokens[:, :, :t][sentence, slot] = ids
+        self.fin_logprob[sentence, slot] = top
+        self.fin_length[sentence, slot] = t - ended.long()
+        self.fin_step[sentence, slot] = t
+        n_finished = n_finished + final.sum(1)
+        self.n_finished[self.sentence] = n_finished
+        self.done = at_limit | (n_finished >= self.K)
 
-    def advance(self, top: Tensor, beam: Tensor, token: Tensor) -> Tensor:
+    def advance(self, top: Tensor, beam: Tensor, token: Tensor, alive: Tensor, t: int) -> Tensor:
         """Keep the K best non-eos candidates of each running sentence; drop done sentences.
 
-        Returns the rows (B'*K,) of the old B*K layout that the new rows come from.
+        alive: (B',) the sentences not done. Returns the rows (B'*K,) of the old B*k layout that the
+        new rows come from.
         """
-        alive = (~self.done).nonzero().flatten()                            # (B',)
         top, beam, token = top[alive], beam[alive], token[alive]            # (B', 2K) each
-        rank = torch.where(token == EOS, 2 * self.K, 0) + torch.arange(2 * self.K, device=top.device)  # (B', 2K)
+        W = top.size(1)
+        rank = torch.where(token == EOS, W, 0) + torch.arange(W, device=top.device)  # (B', 2K)
         keep = rank.topk(self.K, dim=1, largest=False).indices              # (B', K) first K non-eos
-        rows = (beam.gather(1, keep) + self.K * alive[:, None]).view(-1)    # (B'*K,)
-        self.tokens = torch.cat([self.tokens[rows], token.gather(1, keep).view(-1, 1)], dim=1)  # (B'*K, t+1)
+        rows = (beam.gather(1, keep) + self.k * alive[:, None]).view(-1)    # (B'*K,)
+        self.tokens = self.tokens[rows]                                     # (B'*K, 1 + steps)
+        self.tokens[:, t] = token.gather(1, keep).view(-1)
         self.scores = top.gather(1, keep)                                   # (B', K)
-        self.limits, self.done = self.limits[alive], self.done[alive]
-        self.sentence = [self.sentence[i] for i in alive.tolist()]
-        self.B = alive.numel()
+        self.limits, self.sentence = self.limits[alive], self.sentence[alive]
+        self.k = self.K
         return rows
+
+    def hypotheses(self, n_best: int) -> list[list[Hypothesis]]:
+        """The n_best finished hypotheses of each input sentence, best first (ties: first finished)."""
+        found = []
+        for n, ids, length, step, logprob in zip(self.n_finished.tolist(), self.fin_tokens.tolist(),
+                                                 self.fin_length.tolist(), self.fin_step.tolist(),
+                                                 self.fin_logprob.tolist()):
+            hyps = [Hypothesis(ids[j][:length[j]], logprob[j] / length_penalty(step[j], self.alpha), logprob[j])
+                    for j in range(n)]
+            found.append(sorted(hyps, key=lambda h: -h.score)[:n_best])
+        return found
 
 
 @torch.inference_mode()
 def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam: int = 5, max_len_a: float = 1.5,
                 max_len_b: int = 10, alpha: float = 1.0, n_best: int = 1,
                 use_cache: bool = True) -> list[list[Hypothesis]]:
-    """Batched beam search on the KV cache, over a flattened (B*K) batch.
+    """Batched beam search on the KV cache, over a flattened (B*K) batch whose K rows of a sentence
+    share its memory.
 
     Each step ranks 2K candidates per sentence so that hypotheses ending in eos do not starve the
     beam; a sentence is done once it has K finished hypotheses or reaches a*S+b tokens.
     Hypotheses are ranked by log-probability / length_penalty(length including eos, alpha).
+    A step is a fixed run of tensor operations and one host sync.
 
     Args:
         src: (B, S) ids, src_mask: (B, S) bool.
@@ -154,25 +184,23 @@ def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam: int = 5, ma
     Returns:
         for each sentence, its n_best hypotheses, best first.
     """
-    B, K = src.size(0), beam
-    memory = model.encode(src, src_mask).repeat_interleave(K, dim=0)         # (B*K, S, D)
-    mask = src_mask.repeat_interleave(K, dim=0)                               # (B*K, S)
+    memory = model.encode(src, src_mask)                                     # (B, S, D): shared by the beams
     limits = max_output_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
-    beams = _Beams(B, K, limits, alpha, src.device)
+    beams = _Beams(src.size(0), beam, limits, alpha, src.device)
     cache = KVCache(len(model.decoder)) if use_cache else None
-    for t in range(1, int(limits.max()) + 1):
-        step_in = beams.tokens[:, -1:] if use_cache else beams.tokens            # (B*K, 1) or (B*K, t)
-        logits, cache = model.decode(step_in, memory, mask, cache)              # (B*K, 1|t, V)
-        lprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)               # (B*K, V)
+    for t in range(1, beams.steps + 1):
+        step_in = beams.tokens[:, t - 1: t] if use_cache else beams.tokens[:, :t]  # (B*k, 1) or (B*k, t)
+        logits, cache = model.decode(step_in, memory, src_mask, cache)          # (B*k, 1|t, V)
+        lprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)               # (B*k, V)
         top, beam_idx, token = beams.candidates(lprobs)
         beams.finish(top, beam_idx, token, t)
-        if beams.done.all():
+        alive = (~beams.done).nonzero().flatten()                               # the step's one host sync
+        if alive.numel() == 0:
             break
-        B_before = beams.B
-        rows = beams.advance(top, beam_idx, token)
-        dropped = beams.B < B_before  # beams of one sentence share its memory: only then does it move
+        dropped = alive.numel() < beams.done.numel()
+        rows = beams.advance(top, beam_idx, token, alive, t)
         if dropped:
-            memory, mask = memory[rows], mask[rows]
+            memory, src_mask = memory[alive], src_mask[alive]
         if cache is not None:
-            cache.reorder(rows, cross=dropped)
-    return [sorted(f, key=lambda h: -h.score)[:n_best] for f in beams.finished]
+            cache.reorder(rows, alive if dropped else None)
+    return beams.hypotheses(n_best)

@@ -22,28 +22,52 @@ from mt.config import ModelConfig
 class KVCache:
     """Decoder state for incremental decoding, owned by the caller.
 
-    self_kv[i]: layer i's self-attention keys/values for the positions decoded so far, (B, H, t, Dh) each.
-    cross_kv[i]: layer i's cross-attention keys/values of the memory, computed once, (B, H, S, Dh) each.
+    self_kv[i]: layer i's self-attention keys/values, (B, H, L, Dh) each, of which the first `length`
+    positions are decoded; after a `reorder` L = length + 1, so the next step writes its position in
+    place instead of concatenating (one copy of the prefix per beam step instead of two).
+    cross_kv[i]: layer i's cross-attention keys/values of the memory, computed once, (B, H, S, Dh) each;
+    B sentences, whose rows of self_kv may be G * B (their beams, see `Attention.forward`).
     """
 
     def __init__(self, n_layers: int):
+        self.length = 0
         self.self_kv: list[tuple[Tensor, Tensor] | None] = [None] * n_layers
         self.cross_kv: list[tuple[Tensor, Tensor] | None] = [None] * n_layers
 
-    @property
-    def length(self) -> int:
-        return 0 if self.self_kv[0] is None else self.self_kv[0][0].size(2)
+    def append(self, i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add layer i's keys/values of new positions, (B, H, T_new, Dh) each; returns those of all
+        positions, (B, H, length + T_new, Dh) each. `length` moves on in `Seq2Seq.decode`."""
+        t, end = self.length, self.length + k.size(2)
+        cached = self.self_kv[i]
+        if cached is None:
+            kv = (k, v)
+        elif cached[0].size(2) == end:  # room left by reorder
+            cached[0][:, :, t:] = k
+            cached[1][:, :, t:] = v
+            kv = cached
+        else:
+            kv = (torch.cat([cached[0][:, :, :t], k], dim=2), torch.cat([cached[1][:, :, :t], v], dim=2))
+        self.self_kv[i] = kv
+        return kv
 
-    def reorder(self, index: Tensor, cross: bool = True) -> None:
-        """Keep rows `index` (B',) of every cached tensor, e.g. the surviving beams.
+    @torch.no_grad()  # decoding state: an out= copy has no gradient
+    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep target rows `index` (N',) of the self-attention cache (e.g. the surviving beams) and,
+        unless `sentences` is None, sentences `sentences` (B',) of the cross-attention cache.
 
-        cross=False leaves the cross-attention keys/values as they are: right when `index` only
-        permutes rows that hold the same source (the beams of one sentence), and it saves the copy.
-        """
-        pick = lambda kv: None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))  # noqa: E731
-        self.self_kv = [pick(kv) for kv in self.self_kv]
-        if cross:
-            self.cross_kv = [pick(kv) for kv in self.cross_kv]
+        Without `sentences` every sentence keeps its cross-attention keys/values: `index` only moves
+        rows among the beams of a sentence (the default, with greedy, where rows are sentences, both
+        are `index`)."""
+        def pick_positions(x: Tensor) -> Tensor:  # (B, H, L, Dh) -> (B', H, length + 1, Dh), last one empty
+            out = x.new_empty(index.numel(), x.size(1), self.length + 1, x.size(3))
+            torch.index_select(x[:, :, :self.length], 0, index, out=out[:, :, :self.length])
+            return out
+
+        self.self_kv = [None if kv is None else (pick_positions(kv[0]), pick_positions(kv[1]))
+                        for kv in self.self_kv]
+        if sentences is not None:
+            self.cross_kv = [None if kv is None else (kv[0].index_select(0, sentences), kv[1].index_select(0, sentences))
+                             for kv in self.cross_kv]
 
 
 class Dropout(nn.Module):
@@ -122,14 +146,22 @@ class Attention(nn.Module):
         return scores.softmax(dim=-1)
 
     def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False) -> Tensor:
-        """x (B, T, D) attends to k, v (B, H, L, Dh) where mask (B, 1, T|1, L) is True (or, with `causal`
-        and no mask, to positions up to its own) -> (B, T, D)."""
-        q = self._heads(self.q_proj(x))                                       # (B, H, T, Dh)
+        """x (N, T, D) attends to k, v (B, H, L, Dh) where mask (B, 1, T|1, L) is True (or, with `causal`
+        and no mask, to positions up to its own) -> (N, T, D).
+
+        N = G * B: each run of G consecutive rows of x (the beams of one sentence) attends to one row of
+        k, v: its G queries are folded into one (B, H, G * T, Dh) call instead of copying k, v G times.
+        """
+        N, T, D = x.shape
+        B, H, L, Dh = k.shape
+        q = self._heads(self.q_proj(x))                                       # (N, H, T, Dh)
+        if N != B:
+            q = q.view(B, N // B, H, T, Dh).transpose(1, 2).reshape(B, H, N // B * T, Dh)  # (B, H, G*T, Dh)
         p = self.dropout if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                             is_causal=causal)                     # (B, H, T, Dh)
-        B, H, T, Dh = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh))      # (B, T, D)
+                                             is_causal=causal)                     # (B, H, G*T, Dh)
+        out = out.view(B, H, N // B, T, Dh).permute(0, 2, 3, 1, 4)             # (B, G, T, H, Dh)
+        return self.out_proj(out.reshape(N, T, D))                            # (N, T, D)
 
 
 class FeedForward(nn.Sequential):
@@ -176,10 +208,7 @@ class DecoderLayer(nn.Module):
     def _self_attend(self, h: Tensor, mask: Tensor | None, cache: KVCache | None, i: int, causal: bool) -> Tensor:
         k, v = self.self_attn.project_kv(h)                        # (B, H, T_new, Dh)
         if cache is not None:
-            if cache.self_kv[i] is not None:
-                k = torch.cat([cache.self_kv[i][0], k], dim=2)     # (B, H, t + T_new, Dh)
-                v = torch.cat([cache.self_kv[i][1], v], dim=2)
-            cache.self_kv[i] = (k, v)
+            k, v = cache.append(i, k, v)                           # (B, H, t + T_new, Dh)
         return self.self_attn(h, k, v, mask, causal)
 
     def _cross_attend(self, h: Tensor, memory: Tensor, mask: Tensor, cache: KVCache | None, i: int) -> Tensor:
@@ -251,7 +280,8 @@ class Seq2Seq(nn.Module):
 
         Args:
             tgt_in: (B, T) target ids; with a cache, only the positions after those already cached.
-            memory: (B, S, D) encoder output.  src_mask: (B, S) bool.
+            memory: (B, S, D) encoder output.  src_mask: (B, S) bool.  tgt_in may have G * B rows: the
+                G beams of each sentence, consecutive, share its memory.
             cache: caller-owned KVCache, updated in place and returned; None = full recomputation.
             tgt_mask: (B, T) bool, real target positions (without a cache); None = all real.
         Returns:
@@ -270,6 +300,8 @@ class Seq2Seq(nn.Module):
         x = self._embed(self.tgt_embed, tgt_in, offset)                                # (B, T, D)
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, cross_mask, self_mask, cache, i, causal)
+        if cache is not None:
+            cache.length += T
         return self.out_proj(self.dec_norm(x)), cache                                # (B, T, V)
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> Tensor:

@@ -61,6 +61,24 @@ def test_length_penalty_prefers_the_longer_hypothesis():
     assert length_penalty(3, 1.0) == pytest.approx(8 / 6) and length_penalty(3, 0.0) == 1.0
 
 
+def test_beam_search_computes_only_the_running_sentences_beams():
+    """One row per sentence at the first step (its beams would be identical), then K per running
+    sentence; a done sentence leaves the batch."""
+    rows = []
+
+    class Counting(ScriptedModel):
+        def decode(self, tgt_in, memory, src_mask, cache=None, tgt_mask=None):
+            rows.append(tgt_in.size(0))
+            return super().decode(tgt_in, memory, src_mask, cache, tgt_mask)
+
+    src, mask = source_batch([[A], [A, B, C]])  # limits 2 and 4: the first is done after step 2
+    both = beam_search(Counting(), src, mask, beam=2, max_len_a=1.0, max_len_b=0, alpha=0.0, n_best=2)
+    assert rows == [2, 4, 2]
+    assert [h.tokens for h in both[0]] == [[A], [B, C]]          # at the limit: [b c] without eos
+    assert [h.tokens for h in both[1]] == [[A], [B, C]]          # the hand-derived beam-2 search above
+    assert [h.logprob for h in both[1]] == pytest.approx([math.log(0.34), math.log(0.33)])
+
+
 def test_greedy_takes_the_locally_best_path():
     src, mask = source_batch([[A, B, C]])
     [greedy] = greedy_decode(ScriptedModel(), src, mask, 1.0, 5)

@@ -85,9 +85,51 @@ def test_cache_reorder_selects_rows(small_model):
     cache = KVCache(len(small_model.decoder))
     _, cache = small_model.decode(torch.full((2, 1), BOS), memory, src != PAD, cache)
     k0 = cache.self_kv[0][0].clone()
-    cache.reorder(torch.tensor([1, 1, 0]))
-    assert torch.equal(cache.self_kv[0][0], k0[[1, 1, 0]])
+    cache.reorder(torch.tensor([1, 1, 0]), torch.tensor([1, 1, 0]))
+    assert torch.equal(cache.self_kv[0][0][:, :, :1], k0[[1, 1, 0]])
+    assert cache.self_kv[0][0].shape[2] == 2  # one free position for the next step
     assert cache.cross_kv[1][0].shape[0] == 3
+
+
+@torch.no_grad()
+def test_decoding_after_a_reorder_equals_recomputing_the_reordered_prefixes(small_model):
+    """Beam search's pattern: two steps, reorder rows (and sentences), a third step written in place."""
+    torch.manual_seed(5)
+    src = torch.randint(4, 50, (3, 6))
+    src[1, 3:] = PAD
+    tgt = torch.randint(4, 50, (3, 3))
+    memory = small_model.encode(src, src != PAD)
+    cache = KVCache(len(small_model.decoder))
+    for t in range(2):
+        _, cache = small_model.decode(tgt[:, t: t + 1], memory, src != PAD, cache)
+    order = torch.tensor([2, 0, 0, 1])
+    cache.reorder(order, order)
+    room = cache.self_kv[0][0]
+    step, cache = small_model.decode(tgt[order, 2:], memory[order], (src != PAD)[order], cache)
+    assert cache.self_kv[0][0] is room and cache.length == 3
+    full, _ = small_model.decode(tgt[order], memory[order], (src != PAD)[order])
+    torch.testing.assert_close(step[:, 0], full[:, -1], rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+def test_beams_sharing_their_sentences_memory_equal_repeated_memory(small_model):
+    """G target rows per sentence on (B, S, D) memory give what (G*B, S, D) copies of it give."""
+    torch.manual_seed(6)
+    src = torch.randint(4, 50, (2, 5))
+    src[0, 3:] = PAD
+    src_mask = src != PAD
+    G, tgt = 3, torch.randint(4, 50, (6, 4))
+    memory = small_model.encode(src, src_mask)
+    copies = memory.repeat_interleave(G, dim=0), src_mask.repeat_interleave(G, dim=0)
+    shared, _ = small_model.decode(tgt, memory, src_mask)
+    repeated, _ = small_model.decode(tgt, *copies)
+    torch.testing.assert_close(shared, repeated, rtol=1e-5, atol=1e-5)
+    shared_cache, repeated_cache = KVCache(len(small_model.decoder)), KVCache(len(small_model.decoder))
+    for t in range(tgt.size(1)):
+        shared, _ = small_model.decode(tgt[:, t: t + 1], memory, src_mask, shared_cache)
+        repeated, _ = small_model.decode(tgt[:, t: t + 1], *copies, repeated_cache)
+        torch.testing.assert_close(shared, repeated, rtol=1e-5, atol=1e-5)
+    assert shared_cache.cross_kv[0][0].shape[0] == 2 and repeated_cache.cross_kv[0][0].shape[0] == 6
 
 
 def test_attention_matches_reference_multihead(small_model):
