@@ -49,6 +49,7 @@ class DataConfig:
 class TokenizerConfig:
     vocab_size: int = _range(8000, 16)
     character_coverage: float = _range(1.0, 0.9, 1.0)
+    sample_sentences: int = _range(2_000_000, 1000)  # lines (both sides) BPE learns from: a seeded sample
 
 
 @dataclass(frozen=True)

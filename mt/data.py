@@ -15,9 +15,9 @@ import os
 import random
 import re
 import urllib.request
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Union
 
 import torch
 from torch import Tensor
@@ -41,6 +41,7 @@ def downloads_dir() -> Path:
 
 
 SPLIT_FILES = {"train": "train", "val": "val", "test": "test2016"}
+TextSource = Union[Path, list]  # one side of a split: a file to stream, or the toy corpus's lines
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -61,23 +62,53 @@ def split_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """Read a (possibly gzipped) UTF-8 text file into normalised lines."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+def _open(path: Path):
     try:
-        with opener(path, "rb") as f:
-            raw = f.read()
+        return (gzip.open if path.suffix == ".gz" else open)(path, "rb")
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
-    except (OSError, EOFError) as e:
+    except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror or e}); check the path and its permissions") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line_no = raw[: e.start].count(b"\n") + 1
-        raise DataError(f"{path}: line {line_no} is not valid UTF-8; re-encode the file as UTF-8") from None
-    return [normalize(line) for line in split_lines(text)]
+
+
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """Stream a (possibly gzipped) UTF-8 text file as normalised lines, split as `split_lines` does."""
+    path = Path(path)
+    with _open(path) as f:
+        try:
+            for number, raw in enumerate(f, 1):  # binary lines end at b"\n" only
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise DataError(f"{path}: line {number} is not valid UTF-8; re-encode the file as UTF-8") from None
+                line = line[:-1] if line.endswith("\n") else line
+                yield normalize(line[:-1] if line.endswith("\r") else line)
+        except (OSError, EOFError) as e:
+            raise DataError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e}); check the path and "
+                            f"its permissions") from None
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Read a (possibly gzipped) UTF-8 text file into normalised lines."""
+    return list(iter_lines(path))
+
+
+def count_lines(source: TextSource) -> int:
+    """Lines of a file (as `iter_lines` splits them), without decoding it; or of a list."""
+    if not isinstance(source, Path):
+        return len(source)
+    n, last = 0, b"\n"
+    with _open(source) as f:
+        try:
+            while block := f.read(1 << 22):
+                n, last = n + block.count(b"\n"), block[-1:]
+        except (OSError, EOFError) as e:
+            raise DataError(f"{source}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    return n + (last != b"\n")
+
+
+def source_lines(source: TextSource) -> Iterator[str]:
+    return iter_lines(source) if isinstance(source, Path) else iter(source)
 
 
 def read_parallel(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
@@ -138,18 +169,27 @@ def corpus_file(folder: Path, split: str, lang: str) -> Path:
     return gz if gz.exists() and not plain.exists() else plain
 
 
-def load_split(cfg: DataConfig, split: str) -> tuple[list[str], list[str]]:
-    """(source lines, target lines) of `split` in train|val|test, normalised and line-aligned."""
+def split_sources(cfg: DataConfig, split: str) -> tuple[TextSource, TextSource]:
+    """Where the source and target sides of `split` (train|val|test) are: files, or toy lists."""
     if cfg.corpus == "toy":
         de, en = toy_corpus()[split]
         by_lang = {"de": de, "en": en}
         return by_lang[cfg.src_lang], by_lang[cfg.tgt_lang]
     if cfg.corpus == "files":
         folder = Path(cfg.dir)
-        return read_parallel(corpus_file(folder, split, cfg.src_lang), corpus_file(folder, split, cfg.tgt_lang))
-    folder = multi30k_dir(cfg.dir)
-    stem = SPLIT_FILES[split]
-    return read_parallel(folder / f"{stem}.{cfg.src_lang}.gz", folder / f"{stem}.{cfg.tgt_lang}.gz")
+        return corpus_file(folder, split, cfg.src_lang), corpus_file(folder, split, cfg.tgt_lang)
+    folder, stem = multi30k_dir(cfg.dir), SPLIT_FILES[split]
+    return folder / f"{stem}.{cfg.src_lang}.gz", folder / f"{stem}.{cfg.tgt_lang}.gz"
+
+
+def training_sources(cfg: DataConfig) -> tuple[TextSource, TextSource]:
+    return split_sources(cfg, "train")
+
+
+def load_split(cfg: DataConfig, split: str) -> tuple[list[str], list[str]]:
+    """(source lines, target lines) of `split` in train|val|test, normalised and line-aligned."""
+    src, tgt = split_sources(cfg, split)
+    return (src, tgt) if cfg.corpus == "toy" else read_parallel(src, tgt)
 
 
 def drop_long_pairs(src_ids: list[list[int]], tgt_ids: list[list[int]], max_len: int
@@ -241,48 +281,3 @@ def epoch_batches(src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens
     rng = random.Random(seed * 100_003 + epoch)
     groups = token_batches([len(s) + 1 for s in src_ids], [len(t) + 1 for t in tgt_ids], max_tokens, rng)
     return [make_batch([src_ids[i] for i in g], [tgt_ids[i] for i in g]) for g in groups]
-
-
-class BatchStream:
-    """The training batches, epoch after epoch, each epoch in its seeded order. A position is
-    (epoch from 1, batches of that epoch already taken), all a checkpoint needs to resume the stream."""
-
-    def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens: int, seed: int,
-                 pin_memory: bool = False, prefetch: bool = False):
-        self.src_ids, self.tgt_ids, self.max_tokens, self.seed = src_ids, tgt_ids, max_tokens, seed
-        self.pin = pin_memory             # for a GPU: batches in pinned memory copy asynchronously
-        self.epoch, self.batches = 0, []  # the epoch whose batches are built
-        # for a GPU: build the next epoch in a thread while this one trains (on a CPU it would compete)
-        self.ahead = ThreadPoolExecutor(1, thread_name_prefix="mt-batches") if prefetch else None
-        self.next: tuple[int, Future] | None = None
-
-    def _build(self, epoch: int) -> list[Batch]:
-        batches = epoch_batches(self.src_ids, self.tgt_ids, self.max_tokens, self.seed, epoch)
-        return [b.pin_memory() for b in batches] if self.pin else batches
-
-    def _epoch(self, epoch: int) -> list[Batch]:
-        if epoch != self.epoch:
-            ready = self.next is not None and self.next[0] == epoch
-            self.epoch, self.batches = epoch, self.next[1].result() if ready else self._build(epoch)
-            if self.ahead is not None:
-                self.next = (epoch + 1, self.ahead.submit(self._build, epoch + 1))
-        return self.batches
-
-    def take(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:
-        """Up to n batches from position (epoch, index), moving to the next epoch at an epoch's end
-        (epoch 0 = not started); returns them and the position after them."""
-        epoch = max(epoch, 1)
-        if index >= len(self._epoch(epoch)):
-            epoch, index = epoch + 1, 0
-        batches = self._epoch(epoch)
-        if epoch == 1 and index == 0:
-            log.info("epoch 1: %d batches, non-pad fraction %.3f", len(batches), fill_ratio(batches))
-        group = batches[index: index + n]
-        return group, epoch, index + len(group)
-
-
-def fill_ratio(batches: list[Batch]) -> float:
-    """Fraction of non-pad positions over source and target of `batches`."""
-    real = sum(int(b.src_mask.sum()) + int(b.tgt_mask.sum()) for b in batches)
-    total = sum(b.src.numel() + b.tgt_in.numel() for b in batches)
-    return real / total

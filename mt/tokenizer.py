@@ -49,15 +49,17 @@ class Tokenizer:
         write_bytes(path, self.proto)
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, character_coverage: float = 1.0) -> Tokenizer:
-    """Train a BPE model on `texts` (source and target lines together)."""
+def train_tokenizer(texts: Iterable[str] | Path, vocab_size: int, character_coverage: float = 1.0) -> Tokenizer:
+    """Train a BPE model on `texts` (source and target lines together): lines in memory, or a file of
+    one sentence a line that sentencepiece reads itself (all of it: sample before, see `corpus`)."""
+    source = {"input": str(texts), "input_sentence_size": 0} if isinstance(texts, Path) else \
+        {"sentence_iterator": iter(texts), "input_sentence_size": 2_000_000}
     proto = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts), model_writer=proto, model_type="bpe",
+            **source, model_writer=proto, model_type="bpe",
             vocab_size=vocab_size, character_coverage=character_coverage,
-            pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
-            input_sentence_size=2_000_000, shuffle_input_sentence=True,
+            pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, shuffle_input_sentence=True,
             num_threads=2, minloglevel=2)
     except RuntimeError as e:
         limit = re.search(r"<= (\d+)", str(e))

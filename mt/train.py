@@ -27,14 +27,15 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from mt import distributed, rundir
+from mt import corpus, distributed, rundir
 from mt.card import code_version, config_section, hardware, update_card
 from mt.config import ConfigError, RunConfig, TrainConfig
-from mt.data import Batch, BatchStream, drop_long_pairs, load_split
+from mt.corpus import BatchStream, Corpus
+from mt.data import Batch, load_split
 from mt.loss import autocast, batch_loss
 from mt.model import Seq2Seq, count_parameters
 from mt.rundir import EMPTY_WINDOW, MetricsLog, Progress
-from mt.tokenizer import Tokenizer, train_tokenizer
+from mt.tokenizer import Tokenizer
 from mt.validation import Validation, make_validation, validate
 
 log = logging.getLogger(__name__)
@@ -145,13 +146,16 @@ def start_device(cfg: RunConfig, ranks: distributed.Ranks) -> torch.device:
     return device
 
 
-def joint_bpe(cfg: RunConfig, lines: list[str], ranks: distributed.Ranks) -> Tokenizer:
-    """Trained once, on rank 0, so that every rank has the very same pieces."""
-    proto = train_tokenizer(lines, cfg.tokenizer.vocab_size, cfg.tokenizer.character_coverage).proto \
-        if ranks.main else None
-    tokenizer = Tokenizer(distributed.from_main(proto, ranks))
-    log.info("trained joint BPE on %d lines: %d pieces", len(lines), tokenizer.vocab_size)
-    return tokenizer
+def joint_bpe(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[Tokenizer, int | None]:
+    """Learned once, on rank 0, so that every rank has the very same pieces; and the pair count."""
+    tokenizer, pairs = corpus.learn_tokenizer(cfg) if ranks.main else (None, None)
+    return Tokenizer(distributed.from_main(tokenizer.proto if tokenizer else None, ranks)), pairs
+
+
+def training_corpus(cfg: RunConfig, tokenizer: Tokenizer, pairs: int | None, ranks: distributed.Ranks) -> Corpus:
+    """Binarized (or checked) on rank 0, then memory-mapped by every rank: one copy in the page cache."""
+    folder = corpus.prepare(cfg.data, tokenizer, pairs) if ranks.main else None
+    return Corpus.load(Path(distributed.from_main(str(folder) if folder else None, ranks)))
 
 
 def best_so_far(p: Progress) -> str:
@@ -166,10 +170,9 @@ def setup(cfg: RunConfig, run_dir: Path, force_new: bool, resumed: tuple | None,
     start_log = cleanup.enter_context(rundir.run_log(logging.getLogger("mt"), ranks.main))
     log.info("run directory %s", run_dir)
     device = start_device(cfg, ranks)
-    src, tgt = load_split(cfg.data, "train")
     val_lines = load_split(cfg.data, "val") if ranks.main else None
-    tokenizer = resumed[1] if resumed else joint_bpe(cfg, src + tgt, ranks)
-    src_ids, tgt_ids = drop_long_pairs(tokenizer.encode(src), tokenizer.encode(tgt), cfg.data.max_len)
+    tokenizer, pairs = (resumed[1], None) if resumed else joint_bpe(cfg, ranks)
+    train_pairs = training_corpus(cfg, tokenizer, pairs, ranks)
     val = make_validation(*val_lines, tokenizer, cfg.train.max_tokens) if ranks.main else None
     model = Seq2Seq(cfg.model, tokenizer.vocab_size).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
@@ -192,8 +195,8 @@ def setup(cfg: RunConfig, run_dir: Path, force_new: bool, resumed: tuple | None,
     log.info("model: %d parameters; device %s; precision %s; threads %d; processes %d", count_parameters(model),
              device, cfg.train.precision, torch.get_num_threads(), ranks.world)
     return Session(cfg, run_dir, ranks, device, tokenizer, model, ddp, optimizer, scaler, progress,
-                   BatchStream(src_ids, tgt_ids, cfg.train.max_tokens, cfg.train.seed,
-                               pin_memory=device.type == "cuda", prefetch=device.type == "cuda"), val, metrics)
+                   BatchStream(train_pairs, cfg.train.max_tokens, cfg.train.seed, pin_memory=device.type == "cuda"),
+                   val, metrics)
 
 
 def save(s: Session, name: str) -> None:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mt.config import ModelConfig, TrainConfig
-from mt.data import BatchStream
+from mt.corpus import BatchStream, Corpus
 from mt.model import Seq2Seq
 from mt.tokenizer import train_tokenizer
 from mt.toy import toy_corpus
@@ -15,6 +15,13 @@ from mt.train import inverse_sqrt_lr, train_step
 # list and adds what it is about. With max_tokens 400 an epoch is about 30 batches.
 TINY = ["model.d_model=32", "model.d_ff=64", "model.layers=1", "tokenizer.vocab_size=200", "train.max_tokens=400",
         "train.threads=1", "train.log_every=2", "train.valid_every=4", "data.corpus=files"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def corpus_cache(tmp_path_factory):
+    """Binarized corpora of the tests' runs (and their subprocesses) go to a temporary folder."""
+    import os
+    os.environ["MT_CACHE_DIR"] = str(tmp_path_factory.mktemp("binarized"))
 
 
 @pytest.fixture(scope="session")
@@ -70,7 +77,7 @@ def trained_model(tokenizer, toy):
     model = Seq2Seq(TEXT_MODEL, tokenizer.vocab_size)
     optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
     src, tgt = toy["train"]
-    stream = BatchStream(tokenizer.encode(src[:2000]), tokenizer.encode(tgt[:2000]), 1024, seed=0)
+    stream = BatchStream(Corpus.from_ids(tokenizer.encode(src[:2000]), tokenizer.encode(tgt[:2000])), 1024, seed=0)
     epoch = index = 0
     for step in range(1, 301):
         batches, epoch, index = stream.take(epoch, index, 1)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from mt.config import DataConfig
-from mt.data import (BatchStream, DataError, drop_long_pairs, epoch_batches, load_split, multi30k_dir, normalize,
+from mt.corpus import BatchStream, Corpus
+from mt.data import (DataError, drop_long_pairs, epoch_batches, load_split, multi30k_dir, normalize,
                      read_lines, read_parallel, split_lines, token_batches)
 from mt.toy import SPLIT_SIZES, toy_corpus
 
@@ -199,18 +200,19 @@ def test_multi30k_splits_load_normalised():
     assert src[7365].count("  ") == 0  # the line with a TAB in the raw file
 
 
-def test_batch_stream_crosses_epochs_and_prefetching_changes_nothing(toy, tokenizer):
+def test_batch_stream_crosses_epochs_and_is_the_seeded_epoch_batches(toy, tokenizer):
     src, tgt = tokenizer.encode(toy["train"][0][:300]), tokenizer.encode(toy["train"][1][:300])
     runs = []
-    for stream in (BatchStream(src, tgt, 600, seed=3), BatchStream(src, tgt, 600, seed=3, prefetch=True)):
-        epoch, index, taken = 0, 0, {1: [], 2: []}
+    for n in (3, 1):  # how many a take asks for (and so what the worker builds ahead) changes no batch
+        stream, epoch, index, taken = BatchStream(Corpus.from_ids(src, tgt), 600, seed=3), 0, 0, {1: [], 2: []}
         while True:
-            group, epoch, index = stream.take(epoch, index, 3)
+            group, epoch, index = stream.take(epoch, index, n)
             if epoch == 3:
                 break
             taken[epoch] += group
-        runs.append({e: [b.src.tolist() + b.tgt_out.tolist() for b in bs] for e, bs in taken.items()})
-    assert runs[0] == runs[1]  # the thread building the next epoch ahead changes no batch
-    for e in (1, 2):          # every epoch is its seeded batches, each taken once, in order
-        assert runs[0][e] == [b.src.tolist() + b.tgt_out.tolist() for b in epoch_batches(src, tgt, 600, 3, e)]
+        runs.append({e: [b.src.tolist() + b.tgt_out.tolist() + b.tgt_in.tolist() for b in bs] for e, bs in taken.items()})
+    assert runs[0] == runs[1]
+    for e in (1, 2):  # every epoch is its seeded batches, each taken once, in order
+        assert runs[0][e] == [b.src.tolist() + b.tgt_out.tolist() + b.tgt_in.tolist()
+                              for b in epoch_batches(src, tgt, 600, 3, e)]
     assert runs[0][1] != runs[0][2]

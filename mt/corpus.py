@@ -1,0 +1,386 @@
+"""The training corpus as token ids on disk: sampled for the tokenizer, binarized once in a streaming
+pass, memory-mapped after; batches made from it lazily.
+
+Millions of pairs do not fit in Python lists (about 1 KB a sentence). `binarize` reads the training
+files line by line, encodes them in chunks, and appends the ids of the pairs it keeps to flat arrays
+of the smallest integer type that holds the vocabulary (uint16 up to 65,536 pieces), with one
+lengths array per side. The arrays live in a cache folder named by the corpus files and the
+tokenizer, with a meta.json of their sizes and sha256 written last; a later start (and every
+torchrun rank) checks and memory-maps them, so the page cache holds one copy. A stale or damaged
+folder is rebuilt, never trusted.
+
+`BatchStream` plans each epoch from the lengths alone (an index order and batch bounds, the very
+batches `data.epoch_batches` makes) and pads a batch's tensors only when it is taken, one step ahead
+in a worker thread.
+"""
+from __future__ import annotations
+
+import array
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from mt.config import DataConfig, DataError, RunConfig
+from mt.data import Batch, TextSource, count_lines, downloads_dir, source_lines, training_sources
+from mt.files import write_text
+from mt.tokenizer import BOS, EOS, PAD, Tokenizer, train_tokenizer
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+CHUNK = 10_000  # pairs encoded at a time
+
+
+def cache_root() -> Path:
+    """$MT_CACHE_DIR, else binarized/ beside the downloads (data/ of a checkout, ~/.cache/mt)."""
+    return Path(os.environ.get("MT_CACHE_DIR") or downloads_dir() / "binarized")
+
+
+def _identity(source: TextSource) -> list:
+    """What says a source changed: a file's path, size and modification time; a list's content hash."""
+    if isinstance(source, Path):
+        stat = source.stat()
+        return [str(source.resolve()), stat.st_size, stat.st_mtime_ns]
+    return ["lines", hashlib.sha256("\n".join(source).encode()).hexdigest()]
+
+
+def _paired(sources: tuple[TextSource, TextSource]) -> Iterator[tuple[str, str]]:
+    """The two sides' normalised lines in step; a side that ends early is an error naming both."""
+    src, tgt = (source_lines(s) for s in sources)
+    n = 0
+    for n, pair in enumerate(zip(src, tgt), 1):
+        yield pair
+    rest = [sum(1 for _ in side) for side in (src, tgt)]  # zip stopped at the shorter side
+    if any(rest):
+        names = [s if isinstance(s, Path) else "the source side" for s in sources]
+        raise DataError(f"{names[0]} has {n + rest[0]} lines but {names[1]} has {n + rest[1]}; "
+                        f"the two sides must be line-aligned")
+
+
+# ---- the tokenizer's sample -------------------------------------------------------------------------
+
+def tokenizer_sample(cfg: DataConfig, limit: int, seed: int, path: Path) -> tuple[int, int]:
+    """Write at most `limit` training lines (source side, then target side) to `path`, one per line:
+    all of them when there are no more, else a seeded uniform sample in corpus order. Streams the
+    files twice (count, then pick); returns (lines written, lines in the corpus)."""
+    sources = training_sources(cfg)
+    counts = [count_lines(s) for s in sources]
+    for source, n in zip(sources, counts):
+        if not n:
+            raise DataError(f"{source}: file is empty")
+    if counts[0] != counts[1]:
+        for source in sources:  # a line that is not UTF-8 is the more precise error
+            all(True for _ in source_lines(source))
+        raise DataError(f"{sources[0]} has {counts[0]} lines but {sources[1]} has {counts[1]}; "
+                        f"the two sides must be line-aligned")
+    total = sum(counts)
+    picked = None
+    if total > limit:  # positions of the sample, sorted, walked alongside the lines
+        order = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:limit]
+        picked = iter(order.sort().values.tolist())
+    wanted = next(picked) if picked else 0
+    written, index = 0, 0
+    with open(path, "w", encoding="utf-8") as f:
+        for source in sources:
+            text = False
+            for line in source_lines(source):
+                if picked is None or index == wanted:
+                    f.write(line + "\n")
+                    written, text = written + 1, text or bool(line)
+                    wanted = next(picked, -1) if picked else 0
+                index += 1
+            if picked is None and not text:
+                raise DataError(f"{source}: file is empty")
+    return written, total
+
+
+def learn_tokenizer(cfg: RunConfig) -> tuple[Tokenizer, int]:
+    """Joint BPE learned from at most tokenizer.sample_sentences training lines (seeded by
+    train.seed); returns it and the number of training pairs."""
+    with tempfile.TemporaryDirectory(prefix="mt-bpe-") as folder:
+        sample = Path(folder) / "sample.txt"
+        written, total = tokenizer_sample(cfg.data, cfg.tokenizer.sample_sentences, cfg.train.seed, sample)
+        tokenizer = train_tokenizer(sample, cfg.tokenizer.vocab_size, cfg.tokenizer.character_coverage)
+    how = "all" if written == total else f"a seeded sample of {written} (tokenizer.sample_sentences) of the"
+    log.info("joint BPE learned from %s %d training lines: %d pieces", how, total, tokenizer.vocab_size)
+    return tokenizer, total // 2
+
+
+# ---- binarizing ---------------------------------------------------------------------------------------
+
+def id_dtype(largest: int) -> torch.dtype:
+    """The smallest of uint16 and int32 that holds values up to `largest`."""
+    return torch.uint16 if largest < 2 ** 16 else torch.int32
+
+
+_TYPECODE = {torch.uint16: "H", torch.int32: "i"}
+_SIDES = ("src.ids", "tgt.ids", "src.len", "tgt.len")
+
+
+def binarize(sources: tuple[TextSource, TextSource], tokenizer: Tokenizer, max_len: int, folder: Path,
+             total: int | None = None) -> dict:
+    """Encode the pairs into folder/{src,tgt}.{ids,len}, keeping those with 1..max_len pieces on both
+    sides; returns the counts for meta.json. Holds one chunk of pairs at a time."""
+    ids_type, len_type = id_dtype(tokenizer.vocab_size - 1), id_dtype(max_len)
+    files = [open(folder / name, "wb") for name in _SIDES]
+    kept = dropped = 0
+    try:
+        pairs = _paired(sources)
+        with tqdm(total=total, unit=" pairs", desc="binarize", mininterval=2, disable=None) as bar:
+            while chunk := [pair for _, pair in zip(range(CHUNK), pairs)]:
+                arrays = [array.array(_TYPECODE[t]) for t in (ids_type, ids_type, len_type, len_type)]
+                encoded = (tokenizer.encode([p[side] for p in chunk]) for side in (0, 1))
+                for s, t in zip(*encoded):
+                    if 0 < len(s) <= max_len and 0 < len(t) <= max_len:
+                        arrays[0].extend(s), arrays[1].extend(t), arrays[2].append(len(s)), arrays[3].append(len(t))
+                        kept += 1
+                    else:
+                        dropped += 1
+                for f, values in zip(files, arrays):
+                    values.tofile(f)
+                bar.update(len(chunk))
+        for f in files:
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        for f in files:
+            f.close()
+    if not kept:
+        raise DataError(f"no training pairs left: all {dropped} are empty or longer than data.max_len={max_len} "
+                        f"pieces; raise data.max_len")
+    log.info("kept %d training pairs, dropped %d (empty or longer than %d pieces)", kept, dropped, max_len)
+    return {"pairs": kept, "dropped": dropped, "ids_dtype": str(ids_type), "len_dtype": str(len_type)}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _problem(folder: Path, identity: list) -> str:
+    """Why `folder` cannot be used ("" = it can): missing, stale (other corpus files) or damaged."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError):
+        return "not built yet" if not folder.exists() else "meta.json missing or unreadable"
+    if meta.get("format") != FORMAT or meta.get("identity") != identity:
+        return "the corpus files changed since it was built"
+    for name, expected in meta["files"].items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != expected["bytes"] or _sha256(path) != expected["sha256"]:
+            return f"{name} is damaged (size or sha256 differ from meta.json)"
+    return ""
+
+
+def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None) -> Path:
+    """The checked binarized-corpus folder of the training split for this tokenizer, built (or
+    rebuilt) if need be. The build goes to a temporary folder renamed into place when complete."""
+    sources = training_sources(cfg)
+    identity = [_identity(s) for s in sources] + [hashlib.sha256(tokenizer.proto).hexdigest(), cfg.max_len]
+    name = [i[0] if i[0] != "lines" else i[1] for i in identity[:2]] + identity[2:]  # not size or time
+    key = hashlib.sha256(json.dumps(name).encode()).hexdigest()[:16]
+    folder = cache_root() / f"{cfg.corpus}-{cfg.src_lang}-{cfg.tgt_lang}-{key}"
+    problem = _problem(folder, identity)
+    if not problem:
+        log.info("binarized corpus %s", folder)
+        return folder
+    log.info("binarizing the training pairs into %s (%s)", folder, problem)
+    building = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir(parents=True)
+    try:
+        counts = binarize(sources, tokenizer, cfg.max_len, building, total)
+        files = {name: {"bytes": (building / name).stat().st_size, "sha256": _sha256(building / name)}
+                 for name in _SIDES}
+        write_text(building / "meta.json", json.dumps({"format": FORMAT, "identity": identity, **counts,
+                                                        "files": files}, indent=1))
+        if folder.exists():  # stale or damaged: out of the way first (a folder cannot be renamed over)
+            old = folder.with_name(f"{folder.name}.old-{os.getpid()}")
+            os.replace(folder, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(building, folder)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return folder
+
+
+# ---- the corpus in memory ------------------------------------------------------------------------------
+
+@dataclass
+class Corpus:
+    """Token ids of the kept pairs, flat per side, with per-pair lengths and start offsets."""
+    src: Tensor        # (source tokens,) uint16 or int32, memory-mapped when loaded
+    tgt: Tensor        # (target tokens,)
+    src_len: Tensor    # (P,) pieces per sentence, without bos/eos
+    tgt_len: Tensor    # (P,)
+    src_start: Tensor  # (P,) int64 offset of each sentence in `src`
+    tgt_start: Tensor  # (P,)
+
+    @staticmethod
+    def _of(src: Tensor, tgt: Tensor, src_len: Tensor, tgt_len: Tensor) -> Corpus:
+        starts = [torch.cumsum(n.long(), 0) - n.long() for n in (src_len, tgt_len)]
+        return Corpus(src, tgt, src_len, tgt_len, *starts)
+
+    @staticmethod
+    def from_ids(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Corpus:
+        """An in-memory corpus of id lists (tests, benchmarks); no pair is dropped."""
+        flat = [torch.tensor([i for s in side for i in s], dtype=torch.int32) for side in (src_ids, tgt_ids)]
+        lengths = [torch.tensor([len(s) for s in side], dtype=torch.int32) for side in (src_ids, tgt_ids)]
+        return Corpus._of(*flat, *lengths)
+
+    @staticmethod
+    def load(folder: Path) -> Corpus:
+        """Memory-map a folder that `prepare` made."""
+        meta = json.loads((folder / "meta.json").read_text())
+        dtypes = {str(t): t for t in _TYPECODE}
+
+        def mapped(name: str, dtype: str) -> Tensor:
+            size = meta["files"][name]["bytes"] // dtypes[dtype].itemsize
+            return torch.from_file(str(folder / name), shared=False, size=size, dtype=dtypes[dtype])
+
+        return Corpus._of(mapped("src.ids", meta["ids_dtype"]), mapped("tgt.ids", meta["ids_dtype"]),
+                          mapped("src.len", meta["len_dtype"]), mapped("tgt.len", meta["len_dtype"]))
+
+    def __len__(self) -> int:
+        return self.src_len.numel()
+
+    def batch(self, rows: Tensor) -> Batch:
+        """The padded batch of pairs `rows` (B,), in that order: what `data.make_batch` makes of their ids."""
+        src, src_mask = _padded(self.src, self.src_start[rows], self.src_len[rows].long(), None, EOS)
+        tgt_in, tgt_mask = _padded(self.tgt, self.tgt_start[rows], self.tgt_len[rows].long(), BOS, None)
+        tgt_out, _ = _padded(self.tgt, self.tgt_start[rows], self.tgt_len[rows].long(), None, EOS)
+        return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask, int(tgt_mask.sum()))
+
+
+def _padded(ids: Tensor, starts: Tensor, lengths: Tensor, first: int | None, last: int | None
+            ) -> tuple[Tensor, Tensor]:
+    """Rows [first] + ids[start: start + length] + [last], right-padded: (ids (B, L), mask (B, L))."""
+    shift = int(first is not None)
+    position = torch.arange(int(lengths.max()) + 1)                          # (L,)
+    inside = (position >= shift) & (position < lengths[:, None] + shift)     # (B, L)
+    offsets = (starts[:, None] + position - shift).clamp(0, max(ids.numel() - 1, 0))  # (B, L)
+    out = torch.where(inside, ids[offsets].long(), PAD)
+    if first is not None:
+        out[:, 0] = first
+    if last is not None:
+        out[torch.arange(out.size(0)), lengths] = last
+    return out, out != PAD
+
+
+# ---- batches ------------------------------------------------------------------------------------------
+
+@dataclass
+class EpochPlan:
+    """One epoch's batches as indices: batch j holds pairs order[bounds[k]: bounds[k + 1]], k = shuffled[j]."""
+    order: Tensor         # (P,) int32 pair indices sorted by length
+    bounds: list[int]     # batch b = order[bounds[b]: bounds[b + 1]]
+    shuffled: list[int]   # the batches in training order
+
+    def __len__(self) -> int:
+        return len(self.shuffled)
+
+    def rows(self, j: int) -> Tensor:
+        b = self.shuffled[j]
+        return self.order[self.bounds[b]: self.bounds[b + 1]].long()
+
+
+def batch_sizes(lengths: list[int], counts: list[int], max_tokens: int) -> list[int]:
+    """Sizes of the batches `data.token_batches` cuts from pairs sorted by cost length, given as runs
+    (`counts[i]` pairs of length `lengths[i]`, increasing): a batch takes pairs while
+    pairs x length <= max_tokens, at least one. Works per batch, not per pair."""
+    sizes, current = [], 0
+    for length, left in zip(lengths, counts):
+        fit = max_tokens // length
+        while left:
+            if not current:
+                current, left = 1, left - 1
+            take = min(left, max(fit - current, 0))
+            current, left = current + take, left - take
+            if left:
+                sizes.append(current)
+                current = 0
+    return sizes + [current] * (current > 0)
+
+
+def epoch_plan(src_len: Tensor, tgt_len: Tensor, max_tokens: int, seed: int, epoch: int) -> EpochPlan:
+    """`data.epoch_batches`'s grouping and order (the same random draws), from length arrays."""
+    rng = random.Random(seed * 100_003 + epoch)
+    ties = torch.frombuffer(array.array("d", (rng.random() for _ in range(len(src_len)))), dtype=torch.float64)
+    s, t = src_len.long() + 1, tgt_len.long() + 1                             # with eos / bos
+    cost = torch.maximum(s, t)
+    order = ties.argsort(stable=True)
+    del ties
+    key = (cost << 42) | (s << 21) | t  # sort by (cost, source, target), ties by the draws above
+    order = order[key[order].argsort(stable=True)]
+    lengths, counts = torch.unique_consecutive(cost[order], return_counts=True)
+    sizes = batch_sizes(lengths.tolist(), counts.tolist(), max_tokens)
+    shuffled = list(range(len(sizes)))
+    rng.shuffle(shuffled)
+    return EpochPlan(order.int(), [0] + torch.tensor(sizes).cumsum(0).tolist(), shuffled)
+
+
+def fill_ratio(corpus: Corpus, plan: EpochPlan) -> float:
+    """Fraction of non-pad positions over source and target of the epoch's batches."""
+    batch_of = torch.repeat_interleave(torch.arange(len(plan.bounds) - 1), torch.tensor(plan.bounds).diff())
+    total = 0
+    for lengths in (corpus.src_len, corpus.tgt_len):
+        n = lengths[plan.order.long()].long() + 1                              # (P,) in plan order
+        widest = torch.zeros(len(plan.bounds) - 1, dtype=torch.long).scatter_reduce(0, batch_of, n, "amax")
+        total += int((widest * torch.tensor(plan.bounds).diff()).sum())
+    real = int(corpus.src_len.long().sum() + corpus.tgt_len.long().sum()) + 2 * len(corpus)
+    return real / total
+
+
+class BatchStream:
+    """The training batches, epoch after epoch, each epoch in its seeded order. A position is
+    (epoch from 1, batches of that epoch already taken), all a checkpoint needs to resume the stream.
+
+    A worker thread pads the batches of the next `take` while the caller trains on these (and, for a
+    GPU, pins them so the copy is asynchronous)."""
+
+    def __init__(self, corpus: Corpus, max_tokens: int, seed: int, pin_memory: bool = False):
+        self.corpus, self.max_tokens, self.seed, self.pin = corpus, max_tokens, seed, pin_memory
+        self.plans: dict[int, EpochPlan] = {}
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="mt-batches")
+        self.ahead: tuple[tuple[int, int, int], Future] | None = None
+
+    def plan(self, epoch: int) -> EpochPlan:
+        if epoch not in self.plans:
+            self.plans = {e: p for e, p in self.plans.items() if e >= epoch - 1}  # keep two at most
+            self.plans[epoch] = epoch_plan(self.corpus.src_len, self.corpus.tgt_len, self.max_tokens, self.seed,
+                                           epoch)
+            if epoch == 1:
+                log.info("epoch 1: %d batches, non-pad fraction %.3f", len(self.plans[1]),
+                         fill_ratio(self.corpus, self.plans[1]))
+        return self.plans[epoch]
+
+    def _build(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:
+        epoch = max(epoch, 1)
+        if index >= len(self.plan(epoch)):
+            epoch, index = epoch + 1, 0
+        plan = self.plan(epoch)
+        batches = [self.corpus.batch(plan.rows(j)) for j in range(index, min(index + n, len(plan)))]
+        return [b.pin_memory() for b in batches] if self.pin else batches, epoch, index + len(batches)
+
+    def take(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:
+        """Up to n batches from position (epoch, index), moving to the next epoch at an epoch's end
+        (epoch 0 = not started); returns them and the position after them."""
+        ready = self.ahead is not None and self.ahead[0] == (epoch, index, n)
+        found = self.ahead[1].result() if ready else self._build(epoch, index, n)
+        self.ahead = ((found[1], found[2], n), self.worker.submit(self._build, found[1], found[2], n))
+        return found
