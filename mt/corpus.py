@@ -321,13 +321,13 @@ def epoch_plan(src_len: Tensor, tgt_len: Tensor, max_tokens: int, seed: int, epo
     """`data.epoch_batches`'s grouping and order (the same random draws), from length arrays."""
     rng = random.Random(seed * 100_003 + epoch)
     ties = torch.frombuffer(array.array("d", (rng.random() for _ in range(len(src_len)))), dtype=torch.float64)
-    s, t = src_len.long() + 1, tgt_len.long() + 1                             # with eos / bos
-    cost = torch.maximum(s, t)
     order = ties.argsort(stable=True)
     del ties
-    key = (cost << 42) | (s << 21) | t  # sort by (cost, source, target), ties by the draws above
+    s, t = src_len.long() + 1, tgt_len.long() + 1                             # with eos / bos
+    key = (torch.maximum(s, t) << 42) | (s << 21) | t  # sort by (cost, source, target), ties by the draws
+    del s, t
     order = order[key[order].argsort(stable=True)]
-    lengths, counts = torch.unique_consecutive(cost[order], return_counts=True)
+    lengths, counts = torch.unique_consecutive(key[order] >> 42, return_counts=True)
     sizes = batch_sizes(lengths.tolist(), counts.tolist(), max_tokens)
     shuffled = list(range(len(sizes)))
     rng.shuffle(shuffled)
@@ -336,13 +336,12 @@ def epoch_plan(src_len: Tensor, tgt_len: Tensor, max_tokens: int, seed: int, epo
 
 def fill_ratio(corpus: Corpus, plan: EpochPlan) -> float:
     """Fraction of non-pad positions over source and target of the epoch's batches."""
-    batch_of = torch.repeat_interleave(torch.arange(len(plan.bounds) - 1), torch.tensor(plan.bounds).diff())
-    total = 0
+    sizes = torch.tensor(plan.bounds).diff()                                   # (batches,)
+    real = total = 0
     for lengths in (corpus.src_len, corpus.tgt_len):
-        n = lengths[plan.order.long()].long() + 1                              # (P,) in plan order
-        widest = torch.zeros(len(plan.bounds) - 1, dtype=torch.long).scatter_reduce(0, batch_of, n, "amax")
-        total += int((widest * torch.tensor(plan.bounds).diff()).sum())
-    real = int(corpus.src_len.long().sum() + corpus.tgt_len.long().sum()) + 2 * len(corpus)
+        n = lengths[plan.order.long()].float() + 1                             # (P,) in plan order, batch by batch
+        real += float(n.sum())
+        total += float((torch.segment_reduce(n, "max", lengths=sizes) * sizes).sum())
     return real / total
 
 

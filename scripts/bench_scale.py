@@ -5,8 +5,9 @@
 Builds a `files` corpus of N pairs by repeating Multi30k's training pairs (val/test: Multi30k's),
 then runs `mt train configs/multi30k.yaml` for 50 updates twice: a first start (BPE on its sample,
 binarizing into a fresh cache folder) and a restart (resuming the run, the cache reused). Prints one
-JSON line: peak RSS of the training process(es) (the largest, and their sum), seconds from process
-start to the first update, disk used by the binarized corpus, and tokens/s over the 50 updates.
+JSON line: peak RSS of the processes over 50 MB (the largest, their sum, each: with torchrun the
+launcher is one of them), the machine's peak memory in use beyond its level at the start (page cache
+not counted), seconds from process start to the first update, disk used by the binarized corpus, and tokens/s over the 50 updates.
 With --nproc 2 the runs go through torchrun.
 """
 from __future__ import annotations
@@ -60,9 +61,16 @@ def process_tree_rss(pid: int) -> dict[int, int]:
     return found
 
 
+def machine_used() -> int:
+    """Bytes of memory in use on the machine (MemTotal - MemAvailable), page cache not counted."""
+    info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()}
+    return info["MemTotal"] - info["MemAvailable"]
+
+
 def run_train(cmd: list[str], env: dict, run_dir: Path, steps_before: int) -> dict:
     """Run one training command; sample the process tree's RSS; time the first new metrics row."""
     metrics = run_dir / "metrics.jsonl"
+    baseline, machine_peak = machine_used(), 0
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak: dict[int, int] = {}
@@ -76,6 +84,7 @@ def run_train(cmd: list[str], env: dict, run_dir: Path, steps_before: int) -> di
         for p, r in training.items():
             peak[p] = max(peak.get(p, 0), r)
         peak_sum = max(peak_sum, sum(training.values()))
+        machine_peak = max(machine_peak, machine_used() - baseline)
         if first_step is None and metrics.exists():
             rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
             if any(r.get("step", 0) > steps_before for r in rows if "loss" in r):
@@ -87,7 +96,8 @@ def run_train(cmd: list[str], env: dict, run_dir: Path, steps_before: int) -> di
     rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     speed = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r and r["step"] > steps_before]
     return {"peak_rss_mb": round(max(peak.values()) / 2 ** 20), "peak_rss_sum_mb": round(peak_sum / 2 ** 20),
-            "processes": len(peak), "first_step_s": round(first_step, 1) if first_step else None,
+            "peak_rss_each_mb": sorted(round(r / 2 ** 20) for r in peak.values()),
+            "machine_peak_mb": round(machine_peak / 2 ** 20), "processes": len(peak), "first_step_s": round(first_step, 1) if first_step else None,
             "tokens_per_s": round(sum(speed) / len(speed)) if speed else None}
 
 
@@ -107,7 +117,7 @@ def main() -> None:
     launcher = [sys.executable, "-m", "mt"] if args.nproc == 1 else \
         [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}", "-m", "mt"]
     common = ["train", "configs/multi30k.yaml", "--run-dir", str(run_dir), "--set", "data.corpus=files",
-              "--set", f"data.dir={corpus}", "--set", "train.log_every=10", "--set", "train.valid_every=1000000",
+              "--set", f"data.dir={corpus}", "--set", "train.log_every=1", "--set", "train.valid_every=1000000",
               "--set", "train.max_minutes=0"]
     first = run_train(launcher + common + ["--set", "train.max_steps=50"], env, run_dir, 0)
     restart = run_train(launcher + common + ["--set", "train.max_steps=60"], env, run_dir, 50)

@@ -9,7 +9,7 @@ import torch
 from mt import corpus
 from mt.config import DataConfig, DataError
 from mt.corpus import Corpus, batch_sizes, epoch_plan, tokenizer_sample
-from mt.data import drop_long_pairs, load_split, make_batch, token_batches
+from mt.data import drop_long_pairs, epoch_batches, load_split, make_batch, token_batches
 
 
 @pytest.fixture
@@ -113,3 +113,13 @@ def test_tokenizer_sample_is_seeded_and_in_corpus_order(files, tmp_path):
     assert a == (tmp_path / "b.txt").read_text().splitlines() and a != c
     lines = iter(everything)
     assert all(any(line == other for other in lines) for line in a)  # a subsequence: corpus lines in order
+
+
+def test_fill_ratio_counts_the_padded_batches(toy, tokenizer):
+    src, tgt = tokenizer.encode(toy["train"][0][:300]), tokenizer.encode(toy["train"][1][:300])
+    batches = epoch_batches(src, tgt, 600, seed=3, epoch=1)
+    real = sum(int(b.src_mask.sum()) + int(b.tgt_mask.sum()) for b in batches)
+    total = sum(b.src.numel() + b.tgt_in.numel() for b in batches)
+    lengths = [torch.tensor([len(s) for s in side]) for side in (src, tgt)]
+    plan = epoch_plan(*lengths, 600, seed=3, epoch=1)
+    assert corpus.fill_ratio(Corpus.from_ids(src, tgt), plan) == pytest.approx(real / total, rel=1e-12)
