@@ -142,6 +142,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
           f"sentences, beam {result['beam']}, length penalty {result['length_penalty']}, {result['checkpoint']})")
     print(f"  {result['bleu_signature']}")
     print(f"  {result['chrf_signature']}")
+    print(f"  lower-cased BLEU {result['bleu_lc']:.2f}: {result['bleu_lc_signature']}")
     print(f"wrote {', '.join(result['written'])}", file=sys.stderr)
 
 
@@ -153,6 +154,15 @@ def cmd_report(args: argparse.Namespace) -> None:
     png = out.with_name(out.stem + "-curves.png")
     also = "; plots skipped: matplotlib is not installed" if plots.startswith("Plots skipped") else f" and {png}"
     print(f"wrote {out}{also}")
+
+
+def cmd_average(args: argparse.Namespace) -> None:
+    from mt.rundir import write_average
+
+    _setup_logging()
+    if not Path(args.run).is_dir():
+        raise ConfigError(f"{args.run}: run directory not found")
+    print(f"wrote {write_average(Path(args.run), args.last)}")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
@@ -188,7 +198,8 @@ def _run_options(p: argparse.ArgumentParser, decoding: bool = True, n_best: bool
     """--run, --checkpoint, --device and the decoding flags, shared by the commands that load a run."""
     p.add_argument("--run", help="run directory (required)")
     p.add_argument("--checkpoint", default="best",
-                   help="best (falls back to last.pt, with a warning, before the first validation), last, or a path")
+                   help="best (falls back to last.pt, with a warning, before the first validation), last, "
+                        "averaged (see `mt average`), or a path")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: a GPU if one is visible")
     if not decoding:
         return
@@ -239,6 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/report.md", help="Markdown file; the plot goes beside it")
     p.add_argument("--setting", default="test", help="which evaluation to compare: test, val, test-beam5, ...")
     p.set_defaults(func=cmd_report)
+    p = command("average", "average the last N kept checkpoints of a run (train.keep_last) into averaged.pt")
+    p.add_argument("--run", help="run directory (required)")
+    p.add_argument("--last", type=_at_least(1), default=5, help="how many of the newest ckpt-*.pt to average")
+    p.set_defaults(func=cmd_average)
     p = command("attention", "plot cross-attention of the greedy translation of one sentence")
     p.add_argument("sentence")
     _run_options(p, decoding=False)

@@ -79,7 +79,10 @@ class TrainConfig:
     dist_backend: str = _choice("auto", "auto", "nccl", "gloo")  # under torchrun; auto = nccl on GPUs, else gloo
     clip_norm: float = _range(1.0, 0.0)  # 0 = no clipping
     accumulate: int = _range(1, 1)       # batches per optimizer step
-    patience: int = _range(0, 0)         # validations without BLEU gain before stopping; 0 = off
+    patience: int = _range(0, 0)         # validations without a best_metric gain before stopping; 0 = off
+    best_metric: str = _choice("bleu", "bleu", "loss")  # what best.pt and patience follow: val BLEU up or val loss down
+    keep_last: int = _range(0, 0)        # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
+    average_last: int = _range(0, 0)     # at the end, write averaged.pt: the mean of the last N kept models
     valid_every: int = _range(500, 1)
     valid_beam: int = _range(1, 1)       # beam of validation decoding, which best.pt is best at; fixed for a run
     save_every: int = _range(0, 0)       # also write last.pt every N steps; 0 = at validations only

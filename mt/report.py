@@ -156,6 +156,7 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
                    f"{' (uncommitted changes)' if c.get('code', {}).get('dirty') else ''}, {c.get('precision')}, "
                    f"{device}, stopped: {c.get('training', {}).get('stopped') or '–'}")
     out += ["", "## Signatures", "", f"- BLEU: `{base['bleu_signature']}`", f"- chrF: `{base['chrf_signature']}`",
+            f"- BLEU lc (lower-cased, not the headline): `{base.get('bleu_lc_signature', '–')}`",
             "", "## Learning curves", "", plots, ""]
     return "\n".join(out)
 
@@ -164,8 +165,8 @@ def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: list[Run
     """One row per run: its card, its scores and p-values, and the config keys that differ."""
     keys = differing_keys(runs)
     out = ["| run | config (hash) | params | steps | epochs | wall | tok/s | best step | val BLEU | BLEU | p | "
-           "chrF | p | len ratio |" + "".join(f" `{k}` |" for k in keys),
-           "|" + "---|" * (14 + len(keys))]
+           "chrF | p | BLEU lc | len ratio |" + "".join(f" `{k}` |" for k in keys),
+           "|" + "---|" * (15 + len(keys))]
     for i, run in enumerate(runs):
         c, t, res = run.card, run.card.get("training", {}), run.result(setting) or {}
         test = tests.get(run.label, {})
@@ -175,7 +176,7 @@ def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: list[Run
             f"| {t.get('steps', '–')} | {t.get('epochs', '–')} | {_fmt(t.get('wall_s'), '.0f')} s "
             f"| {_fmt(t.get('tokens_per_s'), '.0f')} | {t.get('best_step', '–')} | {_fmt(t.get('best_val_bleu'))} "
             f"| {_fmt(res.get('bleu'))} | {_p(test.get('bleu_p'))} | {_fmt(res.get('chrf'))} "
-            f"| {_p(test.get('chrf_p'))} | {_fmt(res.get('length_ratio'), '.3f')} |"
+            f"| {_p(test.get('chrf_p'))} | {_fmt(res.get('bleu_lc'))} | {_fmt(res.get('length_ratio'), '.3f')} |"
             + "".join(f" {keys[k][i]} |" for k in keys))
     return out
 

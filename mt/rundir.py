@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import logging.handlers
+import math
 import pickle
 import random
 import time
@@ -43,9 +44,10 @@ EMPTY_WINDOW = {"loss": 0.0, "nll": 0.0, "tgt": 0, "tokens": 0, "seconds": 0.0}
 # Keys a resumed run may change: they decide when to stop, log, save or validate, or how `mt translate`
 # decodes, never what is learned nor what best.pt means (train.valid_beam is not among them).
 RESUMABLE_KEYS = ("name", "base", "train.max_steps", "train.max_minutes", "train.patience", "train.valid_every",
+                  "train.keep_last", "train.average_last",
                   "train.save_every", "train.log_every", "train.max_nonfinite", "train.threads",
                   "train.device", "train.dist_backend", "decode")
-ARCHIVED = ("last.pt", "best.pt", "spm.model", "config.yaml", "metrics.jsonl", "card.json", "train.log",
+ARCHIVED = ("last.pt", "best.pt", "averaged.pt", "ckpt-*.pt", "spm.model", "config.yaml", "metrics.jsonl", "card.json", "train.log",
             "eval-*.json", "hyp-*.txt", "ref-*.txt")
 
 
@@ -58,7 +60,8 @@ class Progress:
     best_bleu: float = -1.0
     best_chrf: float = -1.0      # chrF at the best-BLEU validation
     best_step: int = 0
-    bad_validations: int = 0     # validations in a row without a BLEU gain (train.patience)
+    best_loss: float = math.inf  # val loss at the best validation (by train.best_metric)
+    bad_validations: int = 0     # validations in a row without a best_metric gain (train.patience)
     validated_step: int = -1     # step of the latest validation
     nonfinite_total: int = 0     # updates skipped for a non-finite loss or gradient
     nonfinite_streak: int = 0
@@ -67,6 +70,18 @@ class Progress:
     tokens: int = 0              # source + target non-pad tokens trained on
     train_seconds: float = 0.0   # inside optimizer updates only (for tokens/s)
     elapsed_s: float = 0.0       # wall clock of the loop, validation included, summed over restarts
+
+
+    def record(self, result: dict, metric: str) -> bool:
+        """Whether a validation `result` is the best so far by `metric` (bleu: higher val_bleu; loss:
+        lower val_loss); keeps its scores if so, else counts a bad validation."""
+        better = result["val_bleu"] > self.best_bleu if metric == "bleu" else result["val_loss"] < self.best_loss
+        if better:
+            self.best_bleu, self.best_chrf, self.best_loss = result["val_bleu"], result["val_chrf"], result["val_loss"]
+            self.best_step, self.bad_validations = self.step, 0
+        else:
+            self.bad_validations += 1
+        return better
 
 
 def rng_state(device: torch.device) -> dict:
@@ -96,6 +111,48 @@ def save_checkpoint(path: Path, cfg: RunConfig, model: Seq2Seq, optimizer: torch
 
 
 REQUIRED_KEYS = ("model", "config", "vocab_size")
+
+
+def keep_model(run_dir: Path, cfg: RunConfig, model: Seq2Seq, progress: Progress, keep: int) -> None:
+    """DIR/ckpt-STEP.pt: the model (weights, config, progress; no optimizer) at this validation; only
+    the `keep` newest stay (train.keep_last)."""
+    with atomic_write(run_dir / f"ckpt-{progress.step:07d}.pt") as f:
+        torch.save({"model": model.state_dict(), "config": config_to_dict(cfg), "vocab_size": model.vocab_size,
+                    "progress": dataclasses.asdict(progress)}, f)
+    for old in kept_models(run_dir)[:-keep]:
+        old.unlink()
+
+
+def kept_models(run_dir: Path) -> list[Path]:
+    """DIR/ckpt-*.pt, oldest first."""
+    return sorted(run_dir.glob("ckpt-*.pt"))
+
+
+def average_models(paths: list[Path]) -> dict:
+    """A checkpoint whose weights are the fp32 mean of `paths`' weights, with the first's config;
+    checkpoints of different configs (beyond RESUMABLE_KEYS) are refused with a one-line error."""
+    ckpts = [load_checkpoint(p) for p in paths]
+    first = ckpts[0]
+    for path, ckpt in zip(paths[1:], ckpts[1:]):
+        diff = config_differences(first["config"], ckpt["config"], ignore=RESUMABLE_KEYS)
+        if diff or ckpt["vocab_size"] != first["vocab_size"] or ckpt["model"].keys() != first["model"].keys():
+            what = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in diff.items()) or "other weights"
+            raise ConfigError(f"{path}: another config than {paths[0]} ({what}); average checkpoints of one run")
+    mean = {k: torch.stack([c["model"][k].float() for c in ckpts]).mean(0).to(v.dtype) for k, v in first["model"].items()}
+    return {"model": mean, "config": first["config"], "vocab_size": first["vocab_size"],
+            "averaged": [str(p) for p in paths]}
+
+
+def write_average(run_dir: Path, last: int) -> Path:
+    """DIR/averaged.pt from the `last` newest DIR/ckpt-*.pt (`mt average`, train.average_last)."""
+    kept = kept_models(run_dir)
+    if len(kept) < last:
+        raise ConfigError(f"{run_dir}: {len(kept)} kept checkpoints (ckpt-*.pt), fewer than the {last} to average; "
+                          f"set train.keep_last >= {last} and validate more often or train longer")
+    with atomic_write(run_dir / "averaged.pt") as f:
+        torch.save(average_models(kept[-last:]), f)
+    log.info("wrote %s: the mean of %s", run_dir / "averaged.pt", ", ".join(p.name for p in kept[-last:]))
+    return run_dir / "averaged.pt"
 
 
 def load_checkpoint(path: str | Path) -> dict:
@@ -157,8 +214,9 @@ def run_tokenizer(run_dir: Path, ckpt: dict, ckpt_name: str, fix: str) -> Tokeni
 
 def checkpoint_path(run_dir: Path, checkpoint: str = "best") -> Path:
     """The file `--checkpoint` names: best (DIR/best.pt; DIR/last.pt, with a warning, while there is
-    no best.pt yet), last (DIR/last.pt), or a path to any checkpoint of this run."""
-    if checkpoint not in ("best", "last"):
+    no best.pt yet), last (DIR/last.pt), averaged (DIR/averaged.pt, `mt average`), or a path to any
+    checkpoint of this run."""
+    if checkpoint not in ("best", "last", "averaged"):
         return Path(checkpoint)
     path = run_dir / f"{checkpoint}.pt"
     if checkpoint == "best" and not path.exists() and (run_dir / "last.pt").exists():

@@ -279,20 +279,18 @@ def validate_and_save(s: Session) -> None:
         result = validate(s.model, s.val, s.tokenizer, s.cfg, s.device)
         write_metrics(s, {"step": p.step, **{k: v for k, v in result.items() if k != "bleu_signature"},
                           "elapsed_s": round(p.elapsed_s, 1)})
-        improved = result["val_bleu"] > p.best_bleu
-        if improved:
-            p.best_bleu, p.best_chrf, p.best_step, p.bad_validations = result["val_bleu"], result["val_chrf"], p.step, 0
-        else:
-            p.bad_validations += 1
+        improved = p.record(result, s.cfg.train.best_metric)
         log.info("validation step %d | loss %.3f | ppl %.2f | BLEU %.2f | chrF %.2f | best %.2f at %d | beam %d | %s",
                  p.step, result["val_loss"], result["val_ppl"], result["val_bleu"], result["val_chrf"],
                  p.best_bleu, p.best_step, s.cfg.train.valid_beam, result["bleu_signature"])
-    improved, p.best_bleu, p.best_chrf, p.best_step, p.bad_validations = distributed.from_main(
-        (improved, p.best_bleu, p.best_chrf, p.best_step, p.bad_validations), s.ranks)
+    improved, p.best_bleu, p.best_chrf, p.best_loss, p.best_step, p.bad_validations = distributed.from_main(
+        (improved, p.best_bleu, p.best_chrf, p.best_loss, p.best_step, p.bad_validations), s.ranks)
     p.validated_step = p.step
     save(s, "last.pt")
     if improved:
         save(s, "best.pt")
+    if s.ranks.main and s.cfg.train.keep_last:
+        rundir.keep_model(s.run_dir, s.cfg, s.model, p, s.cfg.train.keep_last)
 
 
 def stop_reason(t: TrainConfig, p: Progress) -> str:
@@ -302,7 +300,7 @@ def stop_reason(t: TrainConfig, p: Progress) -> str:
     if t.max_minutes and p.elapsed_s >= 60 * t.max_minutes:
         return f"reached train.max_minutes={t.max_minutes}"
     if t.patience and p.bad_validations >= t.patience:
-        return f"no BLEU gain in {t.patience} validations (train.patience)"
+        return f"no val {'BLEU' if t.best_metric == 'bleu' else 'loss'} gain in {t.patience} validations (train.patience)"
     return ""
 
 
@@ -322,11 +320,14 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
     else:
         log.info("stopped at step %d (epoch %d): %s; %s; %.0fs wall, %.0fs in updates", p.step, p.epoch, stop,
                  best_so_far(p), p.elapsed_s, p.train_seconds)
+    if s.ranks.main and s.cfg.train.average_last and not interrupted:
+        rundir.write_average(s.run_dir, s.cfg.train.average_last)
     if s.ranks.main:
         training = {"steps": p.step, "epochs": p.epoch, "wall_s": round(p.elapsed_s, 1),
                     "train_s": round(p.train_seconds, 1),
                     "tokens_per_s": round(p.tokens / max(p.train_seconds, 1e-9), 1), "best_step": p.best_step,
-                    "best_val_bleu": p.best_bleu, "best_val_chrf": p.best_chrf, "valid_beam": s.cfg.train.valid_beam,
+                    "best_metric": s.cfg.train.best_metric, "best_val_bleu": p.best_bleu, "best_val_chrf": p.best_chrf,
+                    "best_val_loss": p.best_loss if p.validated_step >= 0 else None, "valid_beam": s.cfg.train.valid_beam,
                     "nonfinite_skipped": p.nonfinite_total, "fp16_overflows": p.scaler_skips,
                     "stopped": interrupted or stop}
         update_card(s.run_dir, config=config_section(s.cfg), parameters=count_parameters(s.model),

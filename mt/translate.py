@@ -95,13 +95,15 @@ def translate_nbest(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg:
 
 
 def score(hypotheses: list[str], *references: list[str]) -> dict:
-    """Cased, detokenized corpus BLEU (13a) and chrF on the 0-100 scale, with signatures.
+    """Cased, detokenized corpus BLEU (13a) and chrF on the 0-100 scale, with signatures; and
+    sacreBLEU's lower-cased BLEU (`bleu_lc`), to set beside papers that report lower-cased scores.
 
     Each of `references` is one reference stream, line-aligned with `hypotheses`.
     """
-    bleu, chrf = BLEU(), CHRF()
+    bleu, chrf, lowercased = BLEU(), CHRF(), BLEU(lowercase=True)
     b = bleu.corpus_score(hypotheses, list(references))
     c = chrf.corpus_score(hypotheses, list(references))
-    return {"bleu": b.score, "chrf": c.score, "bleu_signature": str(bleu.get_signature()),
-            "chrf_signature": str(chrf.get_signature()), "sentences": len(hypotheses),
-            "length_ratio": b.sys_len / max(b.ref_len, 1)}
+    lc = lowercased.corpus_score(hypotheses, list(references))
+    return {"bleu": b.score, "chrf": c.score, "bleu_lc": lc.score, "bleu_signature": str(bleu.get_signature()),
+            "chrf_signature": str(chrf.get_signature()), "bleu_lc_signature": str(lowercased.get_signature()),
+            "sentences": len(hypotheses), "length_ratio": b.sys_len / max(b.ref_len, 1)}
