@@ -66,7 +66,7 @@ class KVCache:
         self.self_kv = [None if kv is None else (pick_positions(kv[0]), pick_positions(kv[1]))
                         for kv in self.self_kv]
         if sentences is not None:
-            self.cross_kv = [None if kv is None else (kv[0].index_select(0, sentences), kv[1].index_select(0, sentences))
+            self.cross_kv = [None if kv is None else tuple(x.index_select(0, sentences) for x in kv)
                              for kv in self.cross_kv]
 
 

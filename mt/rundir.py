@@ -47,7 +47,8 @@ RESUMABLE_KEYS = ("name", "base", "train.max_steps", "train.max_minutes", "train
                   "train.keep_last", "train.average_last",
                   "train.save_every", "train.log_every", "train.max_nonfinite", "train.threads",
                   "train.device", "train.dist_backend", "decode")
-ARCHIVED = ("last.pt", "best.pt", "averaged.pt", "ckpt-*.pt", "spm.model", "config.yaml", "metrics.jsonl", "card.json", "train.log",
+ARCHIVED = ("last.pt", "best.pt", "averaged.pt", "ckpt-*.pt", "spm.model", "config.yaml", "metrics.jsonl",
+            "card.json", "train.log",
             "eval-*.json", "hyp-*.txt", "ref-*.txt")
 
 
@@ -138,7 +139,8 @@ def average_models(paths: list[Path]) -> dict:
         if diff or ckpt["vocab_size"] != first["vocab_size"] or ckpt["model"].keys() != first["model"].keys():
             what = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in diff.items()) or "other weights"
             raise ConfigError(f"{path}: another config than {paths[0]} ({what}); average checkpoints of one run")
-    mean = {k: torch.stack([c["model"][k].float() for c in ckpts]).mean(0).to(v.dtype) for k, v in first["model"].items()}
+    mean = {k: torch.stack([c["model"][k].float() for c in ckpts]).mean(0).to(v.dtype)
+            for k, v in first["model"].items()}
     return {"model": mean, "config": first["config"], "vocab_size": first["vocab_size"],
             "averaged": [str(p) for p in paths]}
 

@@ -300,7 +300,8 @@ def stop_reason(t: TrainConfig, p: Progress) -> str:
     if t.max_minutes and p.elapsed_s >= 60 * t.max_minutes:
         return f"reached train.max_minutes={t.max_minutes}"
     if t.patience and p.bad_validations >= t.patience:
-        return f"no val {'BLEU' if t.best_metric == 'bleu' else 'loss'} gain in {t.patience} validations (train.patience)"
+        metric = "BLEU" if t.best_metric == "bleu" else "loss"
+        return f"no val {metric} gain in {t.patience} validations (train.patience)"
     return ""
 
 
@@ -327,7 +328,8 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
                     "train_s": round(p.train_seconds, 1),
                     "tokens_per_s": round(p.tokens / max(p.train_seconds, 1e-9), 1), "best_step": p.best_step,
                     "best_metric": s.cfg.train.best_metric, "best_val_bleu": p.best_bleu, "best_val_chrf": p.best_chrf,
-                    "best_val_loss": p.best_loss if p.validated_step >= 0 else None, "valid_beam": s.cfg.train.valid_beam,
+                    "best_val_loss": p.best_loss if p.validated_step >= 0 else None,
+                    "valid_beam": s.cfg.train.valid_beam,
                     "nonfinite_skipped": p.nonfinite_total, "fp16_overflows": p.scaler_skips,
                     "stopped": interrupted or stop}
         update_card(s.run_dir, config=config_section(s.cfg), parameters=count_parameters(s.model),

@@ -65,7 +65,7 @@ def test_patience_stops_after_validations_without_a_bleu_gain(tmp_path, tiny, mo
     result = train(load_config(ROOT / "configs/toy.yaml", tiny + ["train.valid_every=2", "train.patience=3"]), run)
     # 12 at step 4 is the best; 11, 12 (no gain: not higher) and 9 are three validations without a gain
     assert (result["step"], result["best_bleu"], result["best_step"]) == (10, 12.0, 4)
-    assert result["stopped"] == "no BLEU gain in 3 validations (train.patience)"
+    assert result["stopped"] == "no val BLEU gain in 3 validations (train.patience)"
     assert step_of(run / "best.pt") == 4 and step_of(run / "last.pt") == 10
     card = json.loads((run / "card.json").read_text())["training"]
     assert (card["best_step"], card["best_val_bleu"], card["stopped"]) == (4, 12.0, result["stopped"])
