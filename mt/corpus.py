@@ -64,7 +64,7 @@ def _paired(sources: tuple[TextSource, TextSource]) -> Iterator[tuple[str, str]]
         yield pair
     rest = [sum(1 for _ in side) for side in (src, tgt)]  # zip stopped at the shorter side
     if any(rest):
-        names = [s if isinstance(s, Path) else "the source side" for s in sources]
+        names = [s if isinstance(s, Path) else f"the {side} side" for s, side in zip(sources, ("source", "target"))]
         raise DataError(f"{names[0]} has {n + rest[0]} lines but {names[1]} has {n + rest[1]}; "
                         f"the two sides must be line-aligned")
 

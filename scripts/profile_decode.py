@@ -13,7 +13,6 @@ import argparse
 import json
 import time
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from mt.data import load_split
