@@ -70,6 +70,7 @@ class ModelConfig:
 class TrainConfig:
     lr: float = _range(1e-3, 0.0, lo_open=True)       # peak learning rate, reached after warmup
     warmup_steps: int = _range(400, 1)
+    schedule: str = _choice("inverse_sqrt", "inverse_sqrt", "linear")  # after warmup; linear: to 0 at the budget's end
     max_tokens: int = _range(4096, 16)   # per batch: sentences x longest side, padding included
     max_steps: int = _range(100_000, 1)
     max_minutes: float = _range(0.0, 0.0)  # wall-clock budget for the loop; 0 = none

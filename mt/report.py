@@ -2,8 +2,9 @@
 
 One row per run (from card.json), the config keys that differ between runs, and sacreBLEU's paired
 bootstrap resampling of BLEU and chrF of every run against the first, on the same test set and
-decoding setting. Runs scored on other references or with other metric signatures are listed but not
-compared, and the report says why. Plots (training NLL and val BLEU against steps and wall time)
+decoding setting. `RUN@SETTING` compares another of a run's evaluations (e.g. its averaged checkpoint:
+`runs/x@test-beam5 runs/x@test-beam5-averaged`). Runs scored on other references or with other metric
+signatures are listed but not compared, and the report says why. Plots (training NLL and val BLEU against steps and wall time)
 need matplotlib, the optional `plot` extra; without it the report says they were skipped.
 """
 from __future__ import annotations
@@ -32,29 +33,38 @@ class Run:
     card: dict
     metrics: list[dict]
     label: str = ""   # the folder name, or the whole path where two runs share a folder name
+    setting: str = ""  # from RUN@SETTING: this row's evaluation instead of the report's --setting
 
     def result(self, setting: str) -> dict | None:
-        return self.card.get("results", {}).get(setting)
+        return self.card.get("results", {}).get(self.setting or setting)
 
     def lines(self, name: str) -> list[str]:
         return (self.path / name).read_text(encoding="utf-8").split("\n")[:-1]
 
 
+def split_setting(arg: str | Path) -> tuple[Path, str]:
+    """"runs/x@test-beam5" -> (runs/x, "test-beam5"); a plain path (even one with an @ in it) -> (path, "")."""
+    path, at, setting = str(arg).rpartition("@")
+    return (Path(path), setting) if at and not Path(arg).exists() and setting else (Path(arg), "")
+
+
 def load_runs(paths: list[str | Path]) -> list[Run]:
     runs = []
-    for path in map(Path, paths):
+    for path, setting in map(split_setting, paths):
         card = read_card(path)
         if not card:
             raise ConfigError(f"{path}/card.json: not found; train the run (or run `mt evaluate --run {path}`) first")
         metrics_path = path / "metrics.jsonl"
         rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()] \
             if metrics_path.exists() else []
-        runs.append(Run(path, card, rows))
-    if len({r.path.resolve() for r in runs}) != len(runs):
-        raise ConfigError("the same run directory is given twice")
-    names = [r.path.name for r in runs]
+        runs.append(Run(path, card, rows, setting=setting))
+    if len({(r.path.resolve(), r.setting) for r in runs}) != len(runs):
+        raise ConfigError("the same run directory is given twice (RUN@SETTING compares two of its evaluations)")
+    folders = {r.path.resolve(): r.path.name for r in runs}
+    names = list(folders.values())
     for run in runs:
-        run.label = run.path.name if names.count(run.path.name) == 1 else str(run.path)
+        folder = run.path.name if names.count(run.path.name) == 1 else str(run.path)
+        run.label = f"{folder}@{run.setting}" if run.setting else folder
     return runs
 
 
@@ -122,7 +132,8 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
     base = runs[0].result(setting)
     problems = [comparability(base, r.result(setting)) for r in runs]
     if problems[0]:
-        raise ConfigError(f"{runs[0].path}: the baseline has no '{setting}' result; run `mt evaluate` on it first")
+        raise ConfigError(f"{runs[0].path}: the baseline has no '{runs[0].setting or setting}' result; "
+                          f"run `mt evaluate` on it first")
     comparable = [r for r, why in zip(runs, problems) if not why]
     tests = dict(zip([r.label for r in comparable], paired_bootstrap(comparable, setting))) \
         if len(comparable) > 1 else {}
@@ -189,7 +200,8 @@ def plot_curves(runs: list[Run], path: Path):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    for run in runs:
+    curves = {r.path.resolve(): r for r in reversed(runs)}  # a run given twice (RUN@SETTING) is drawn once
+    for run in [r for r in runs if curves[r.path.resolve()] is r]:
         logs = [r for r in run.metrics if "loss" in r]
         vals = [r for r in run.metrics if "val_bleu" in r]
         for col, x in enumerate(("step", "elapsed_s")):

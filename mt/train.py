@@ -47,6 +47,15 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     return peak * min(step / warmup, math.sqrt(warmup / step))
 
 
+def learning_rate(t: TrainConfig, step: int, elapsed_s: float) -> float:
+    """train.schedule at update `step` (from 1): inverse_sqrt, or linear: the same warmup, then straight down
+    to 0 where the budget ends (train.max_steps or max_minutes, whichever comes first)."""
+    if t.schedule == "inverse_sqrt":
+        return inverse_sqrt_lr(step, t.lr, t.warmup_steps)
+    spent = max(step / t.max_steps, elapsed_s / (60 * t.max_minutes) if t.max_minutes else 0.0)
+    return t.lr * max(0.0, min(step / t.warmup_steps, 1.0 - spent))
+
+
 @dataclass
 class StepStats:
     """What one update saw, summed over every rank's micro-batches."""
@@ -271,10 +280,8 @@ def progress_bar(t: TrainConfig, p: Progress, ranks: distributed.Ranks) -> tqdm:
 
 
 def validate_and_save(s: Session) -> None:
-    """Rank 0 validates (the others wait for its verdict), then every rank saves last.pt, and best.pt
-    when validation BLEU improved."""
-    p = s.progress
-    improved = False
+    """Rank 0 validates (the others wait for its verdict); every rank saves last.pt, and best.pt if better."""
+    p, improved = s.progress, False
     if s.ranks.main:
         result = validate(s.model, s.val, s.tokenizer, s.cfg, s.device)
         write_metrics(s, {"step": p.step, **{k: v for k, v in result.items() if k != "bleu_signature"},
@@ -324,12 +331,11 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
     if s.ranks.main and s.cfg.train.average_last and not interrupted:
         rundir.write_average(s.run_dir, s.cfg.train.average_last)
     if s.ranks.main:
+        t, speed = s.cfg.train, round(p.tokens / max(p.train_seconds, 1e-9), 1)
         training = {"steps": p.step, "epochs": p.epoch, "wall_s": round(p.elapsed_s, 1),
-                    "train_s": round(p.train_seconds, 1),
-                    "tokens_per_s": round(p.tokens / max(p.train_seconds, 1e-9), 1), "best_step": p.best_step,
-                    "best_metric": s.cfg.train.best_metric, "best_val_bleu": p.best_bleu, "best_val_chrf": p.best_chrf,
-                    "best_val_loss": p.best_loss if p.validated_step >= 0 else None,
-                    "valid_beam": s.cfg.train.valid_beam,
+                    "train_s": round(p.train_seconds, 1), "tokens_per_s": speed, "best_step": p.best_step,
+                    "best_metric": t.best_metric, "best_val_bleu": p.best_bleu, "best_val_chrf": p.best_chrf,
+                    "best_val_loss": p.best_loss if p.validated_step >= 0 else None, "valid_beam": t.valid_beam,
                     "nonfinite_skipped": p.nonfinite_total, "fp16_overflows": p.scaler_skips,
                     "stopped": interrupted or stop}
         update_card(s.run_dir, config=config_section(s.cfg), parameters=count_parameters(s.model),
@@ -367,7 +373,7 @@ def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
         with distributed.stop_requests() as requests, logging_redirect_tqdm(), progress_bar(t, p, ranks) as bar:
             while not stop and not interrupted:
                 batches, p.epoch, p.batch_index = s.stream.take(p.epoch, p.batch_index, t.accumulate * ranks.world)
-                lr = inverse_sqrt_lr(p.step + 1, t.lr, t.warmup_steps)  # the schedule is a function of step
+                lr = learning_rate(t, p.step + 1, p.elapsed_s)
                 start = time.perf_counter()
                 with distributed.peers_lost():
                     stats = train_step(s.ddp, s.optimizer, batches, t, lr, scaler=s.scaler, device=s.device,

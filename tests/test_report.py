@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mt.cli import main
-from mt.config import load_config
+from mt.config import ConfigError, load_config
 from mt.data import make_batch
 from mt.evaluate import evaluate_run
 from mt.report import Run, _p, load_runs, paired_bootstrap, piece_labels, plot_attention, plot_curves, write_report
@@ -96,6 +96,24 @@ def test_a_run_against_its_own_copy_is_not_significant(two_runs, tmp_path):
     assert f"- `copy` vs `ls01`: BLEU +0.00, not significant ({bleu:.2f} -> {bleu:.2f} ± " in text
     assert "p = 1.0000)" in text
     assert text.count("★") == 3  # the legend and both tied runs, not just the first
+
+
+@pytest.mark.slow
+def test_one_run_compares_two_of_its_evaluations(two_runs, tmp_path, capsys):
+    """RUN@SETTING: a run's last.pt against its best.pt, on the same test set, in one report."""
+    run = two_runs[0]
+    evaluate_run(run, "test", "cpu", checkpoint="last")
+    text = write_report([run, f"{run}@test-last"], tmp_path / "r.md")[0].read_text()
+    rows = [line.split("|") for line in text.splitlines() if line.startswith("| ls01")]
+    assert [r[1].strip().rstrip(" ★") for r in rows] == ["ls01", "ls01@test-last"]
+    card = json.loads((run / "card.json").read_text())["results"]
+    assert [r[10].strip() for r in rows] == [f"{card['test']['bleu']:.2f}", f"{card['test-last']['bleu']:.2f}"]
+    assert "- `ls01@test-last` vs `ls01`: BLEU " in text and text.count("](r-curves.png)") == 1
+    with pytest.raises(ConfigError, match="the same run directory is given twice"):
+        load_runs([f"{run}@test-last", f"{run}@test-last"])
+    assert main(["report", f"{run}@test-nope", str(run), "--out", str(tmp_path / "x.md")]) == 2
+    assert capsys.readouterr().err == (f"mt: error: {run}: the baseline has no 'test-nope' result; "
+                                       f"run `mt evaluate` on it first\n")
 
 
 @pytest.mark.slow

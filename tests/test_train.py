@@ -12,7 +12,7 @@ from mt.data import make_batch
 from mt.loss import batch_loss, label_smoothed_loss
 from mt.model import Seq2Seq
 from mt.tokenizer import PAD
-from mt.train import inverse_sqrt_lr, train_step
+from mt.train import inverse_sqrt_lr, learning_rate, train_step
 
 
 def test_loss_matches_hand_computation():
@@ -57,6 +57,18 @@ def test_warmup_schedule_values():
     assert inverse_sqrt_lr(400, peak, warmup) == pytest.approx(1e-3)
     assert inverse_sqrt_lr(1600, peak, warmup) == pytest.approx(5e-4)
     assert inverse_sqrt_lr(0, peak, warmup) == pytest.approx(2.5e-6)
+
+
+def test_linear_schedule_ends_at_zero_with_the_budget():
+    t = TrainConfig(lr=1e-3, warmup_steps=100, schedule="linear", max_steps=1000)
+    assert learning_rate(t, 50, 0.0) == pytest.approx(5e-4)      # warmup, as inverse_sqrt
+    assert learning_rate(t, 100, 0.0) == pytest.approx(9e-4)     # the decay line, 1 - 100/1000, is lower
+    assert learning_rate(t, 600, 0.0) == pytest.approx(4e-4)
+    assert learning_rate(t, 1000, 0.0) == 0.0
+    timed = TrainConfig(lr=1e-3, warmup_steps=100, schedule="linear", max_steps=10**6, max_minutes=10)
+    assert learning_rate(timed, 500, 450.0) == pytest.approx(2.5e-4)  # 450 s of 600: a quarter left
+    assert learning_rate(timed, 900, 700.0) == 0.0                  # past the budget (the final update)
+    assert learning_rate(TrainConfig(lr=1e-3, warmup_steps=400), 1600, 1e9) == inverse_sqrt_lr(1600, 1e-3, 400)
 
 
 def _model_and_batches(seed: int = 0):
