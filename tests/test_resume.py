@@ -13,7 +13,7 @@ import torch
 
 import mt.train
 from mt.config import load_config
-from mt.rundir import rng_state
+from mt.checkpoint import rng_state
 from mt.train import TrainingError, train
 
 ROOT = Path(__file__).resolve().parents[1]
