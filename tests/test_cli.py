@@ -82,7 +82,7 @@ def test_unknown_key_is_one_line_exit_2(tmp_path):
     assert result.returncode == 2  # blamed on the flag that brought it; JoeyNMT's name hints at ours
     assert result.stderr == ("mt: error: --set train.lerning_rate=1: unknown key 'train.lerning_rate'; did you "
                              "mean 'lr'? valid keys: "
-                             "lr, warmup_steps, max_tokens, max_steps, max_minutes, label_smoothing, precision, "
+                             "lr, warmup_steps, schedule, max_tokens, max_steps, max_minutes, label_smoothing, precision, "
                              "device, dist_backend, clip_norm, accumulate, patience, best_metric, keep_last, average_last, "
                              "valid_every, valid_beam, save_every, log_every, max_nonfinite, seed, threads\n")
 
