@@ -219,6 +219,42 @@ def training_corpus(ws: Workspace, data: bytes) -> Outcome:
     return run_reader(lambda: (count_lines(path), sum(1 for _ in iter_lines(path))))
 
 
+def multi30k_copy(ws: Workspace, data: bytes) -> Outcome:
+    """A local Multi30k-style copy (MT_DATA_DIR) with one damaged file, checked against its manifest."""
+    import json
+    from mt.data import multi30k_dir
+    _, tmp = ws.fresh()
+    folder = tmp / "data" / "multi30k"
+    folder.mkdir(parents=True)
+    files = {}
+    for name, source in [("val.de.gz", "val.de"), ("val.en.gz", "val.en")]:
+        payload = gzip.compress((ws.corpus / source).read_bytes(), mtime=0)
+        files[name] = {"remote": name, "sha256": hashlib.sha256(payload).hexdigest()}
+        (folder / name).write_bytes(data if name == "val.de.gz" else payload)
+    (tmp / "manifest.json").write_text(json.dumps({"base_url": "unused/", "files": files}))
+    return run_reader(lambda: multi30k_dir(str(tmp / "data"), tmp / "manifest.json"))
+
+
+def binarized_cache(ws: Workspace, data: bytes) -> Outcome:
+    """The binarized training corpus's cache with a damaged meta.json: checked, and rebuilt if need be."""
+    from mt.config import load_config
+    from mt.corpus import Corpus, prepare
+    from mt.tokenizer import load_tokenizer
+    _, tmp = ws.fresh()
+    cfg, tokenizer = load_config(ws.config).data, load_tokenizer(ws.run / "spm.model")
+    old = os.environ.get("MT_CACHE_DIR")
+    os.environ["MT_CACHE_DIR"] = str(tmp / "cache")
+    try:
+        folder = prepare(cfg, tokenizer)
+        (folder / "meta.json").write_bytes(data)
+        return run_reader(lambda: len(Corpus.load(prepare(cfg, tokenizer))) or 1 / 0)  # never empty
+    finally:
+        if old is None:
+            del os.environ["MT_CACHE_DIR"]
+        else:
+            os.environ["MT_CACHE_DIR"] = old
+
+
 def spm_model(ws: Workspace, data: bytes) -> Outcome:
     """`mt translate` with a damaged DIR/spm.model (the checkpoint knows its sha256)."""
     run, _ = ws.fresh()
@@ -346,6 +382,8 @@ READERS = {  # name -> (the valid bytes to damage (from a Workspace), the reader
     "corpus text": (lambda ws: (ws.corpus / "test.de").read_bytes(), corpus_text),
     "corpus gzip": (lambda ws: gzip.compress((ws.corpus / "test.en").read_bytes(), mtime=0), corpus_gzip),
     "training corpus": (lambda ws: gzip.compress((ws.corpus / "train.de").read_bytes(), mtime=0), training_corpus),
+    "multi30k copy": (lambda ws: gzip.compress((ws.corpus / "val.de").read_bytes(), mtime=0), multi30k_copy),
+    "binarized cache": (lambda ws: _cache_meta(ws), binarized_cache),
     "spm.model": (lambda ws: (ws.run / "spm.model").read_bytes(), spm_model),
     "spm.model (no sha)": (lambda ws: (ws.run / "spm.model").read_bytes(), spm_model_unchecked),
     "best.pt": (lambda ws: (ws.run / "best.pt").read_bytes(), best_checkpoint),
@@ -357,6 +395,14 @@ READERS = {  # name -> (the valid bytes to damage (from a Workspace), the reader
     "translate stdin": (lambda ws: (ws.corpus / "val.de").read_bytes(), translate_stdin),
     "command line": (lambda ws: argv_bytes(), command_line),
 }
+
+
+def _cache_meta(ws: Workspace) -> bytes:
+    """The meta.json that `prepare` writes for the workspace's corpus and tokenizer."""
+    from mt.config import load_config
+    from mt.corpus import prepare
+    from mt.tokenizer import load_tokenizer
+    return (prepare(load_config(ws.config).data, load_tokenizer(ws.run / "spm.model")) / "meta.json").read_bytes()
 
 
 def make_workspace(root: Path, corpus: Path) -> Workspace:
