@@ -162,9 +162,21 @@ def _download(manifest: dict, dest: Path) -> None:
         write_bytes(target, payload)
 
 
+def read_manifest(path: Path) -> dict:
+    """The corpus manifest (package data): base_url, and per file its remote name and sha256."""
+    try:
+        manifest = json.loads(path.read_bytes())
+        fields = [manifest["base_url"]] + [entry[k] for entry in manifest["files"].values() for k in ("remote", "sha256")]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        fields = [None]
+    if not all(isinstance(field, str) for field in fields):
+        raise DataError(f"{path}: damaged (it lists the corpus files and their sha256); reinstall mt")
+    return manifest
+
+
 def multi30k_dir(data_dir: str = "", manifest_path: Path = MANIFEST) -> Path:
     """The verified multi30k/ folder: from `data_dir`, else $MT_DATA_DIR, else downloaded into data/."""
-    manifest = json.loads(manifest_path.read_text())
+    manifest = read_manifest(manifest_path)
     root = data_dir or os.environ.get("MT_DATA_DIR", "")
     folder = Path(root) / "multi30k" if root else downloads_dir() / "multi30k"
     if not root:

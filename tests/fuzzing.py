@@ -219,19 +219,34 @@ def training_corpus(ws: Workspace, data: bytes) -> Outcome:
     return run_reader(lambda: (count_lines(path), sum(1 for _ in iter_lines(path))))
 
 
-def multi30k_copy(ws: Workspace, data: bytes) -> Outcome:
-    """A local Multi30k-style copy (MT_DATA_DIR) with one damaged file, checked against its manifest."""
+def _multi30k(ws: Workspace, data: Path) -> bytes:
+    """A Multi30k-style folder data/multi30k/ of two .gz files; returns the manifest that lists them."""
     import json
-    from mt.data import multi30k_dir
-    _, tmp = ws.fresh()
-    folder = tmp / "data" / "multi30k"
+    folder = data / "multi30k"
     folder.mkdir(parents=True)
     files = {}
     for name, source in [("val.de.gz", "val.de"), ("val.en.gz", "val.en")]:
         payload = gzip.compress((ws.corpus / source).read_bytes(), mtime=0)
         files[name] = {"remote": name, "sha256": hashlib.sha256(payload).hexdigest()}
-        (folder / name).write_bytes(data if name == "val.de.gz" else payload)
-    (tmp / "manifest.json").write_text(json.dumps({"base_url": "unused/", "files": files}))
+        (folder / name).write_bytes(payload)
+    return json.dumps({"base_url": "unused/", "files": files}, indent=1).encode()
+
+
+def multi30k_copy(ws: Workspace, data: bytes) -> Outcome:
+    """A local Multi30k copy (MT_DATA_DIR) with one damaged file, checked against the manifest."""
+    from mt.data import multi30k_dir
+    _, tmp = ws.fresh()
+    (tmp / "manifest.json").write_bytes(_multi30k(ws, tmp / "data"))
+    (tmp / "data" / "multi30k" / "val.de.gz").write_bytes(data)
+    return run_reader(lambda: multi30k_dir(str(tmp / "data"), tmp / "manifest.json"))
+
+
+def multi30k_manifest(ws: Workspace, data: bytes) -> Outcome:
+    """The same copy, undamaged, checked against a damaged manifest."""
+    from mt.data import multi30k_dir
+    _, tmp = ws.fresh()
+    _multi30k(ws, tmp / "data")
+    (tmp / "manifest.json").write_bytes(data)
     return run_reader(lambda: multi30k_dir(str(tmp / "data"), tmp / "manifest.json"))
 
 
@@ -383,6 +398,7 @@ READERS = {  # name -> (the valid bytes to damage (from a Workspace), the reader
     "corpus gzip": (lambda ws: gzip.compress((ws.corpus / "test.en").read_bytes(), mtime=0), corpus_gzip),
     "training corpus": (lambda ws: gzip.compress((ws.corpus / "train.de").read_bytes(), mtime=0), training_corpus),
     "multi30k copy": (lambda ws: gzip.compress((ws.corpus / "val.de").read_bytes(), mtime=0), multi30k_copy),
+    "multi30k manifest": (lambda ws: _multi30k(ws, ws.fresh()[1] / "data"), multi30k_manifest),
     "binarized cache": (lambda ws: _cache_meta(ws), binarized_cache),
     "spm.model": (lambda ws: (ws.run / "spm.model").read_bytes(), spm_model),
     "spm.model (no sha)": (lambda ws: (ws.run / "spm.model").read_bytes(), spm_model_unchecked),
