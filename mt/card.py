@@ -18,8 +18,8 @@ from mt.config import DataError, RunConfig, base_config, config_differences, con
 from mt.files import write_text
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
-NOT_TRAINING = ("name", "base")
-SECTIONS = ("config", "code", "hardware", "training", "results")  # the card's parts that are JSON objects  # keys that do not change what is trained or how it is scored
+NOT_TRAINING = ("name", "base")  # keys that do not change what is trained or how it is scored
+SECTIONS = ("config", "code", "hardware", "training", "results")  # the card's parts that are JSON objects
 
 
 def config_hash(cfg: RunConfig) -> str:

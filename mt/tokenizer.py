@@ -28,8 +28,9 @@ class Tokenizer:
         try:
             self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
         except RuntimeError as e:  # sentencepiece's "Internal: ... ParseFromArray" and the like
-            raise ConfigError(f"{source}: damaged or not a sentencepiece model ({str(e).splitlines()[0]}); "
-                              f"restore it from the run it belongs to") from None
+            reason = (str(e).splitlines() or ["?"])[0]
+            raise ConfigError(f"{source}: damaged or not a sentencepiece model ({reason}); restore it from the run "
+                              f"it belongs to") from None
         if (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) != (PAD, UNK, BOS, EOS):
             raise ConfigError(f"{source}: a sentencepiece model without mt's special ids (pad 0, unk 1, bos 2, "
                               f"eos 3); use the spm.model that mt trained for this run")
