@@ -42,8 +42,9 @@ def test_a_model_with_other_special_ids_is_refused():
     proto = io.BytesIO()  # sentencepiece's defaults: unk 0, bos 1, eos 2, no pad
     spm.SentencePieceTrainer.train(sentence_iterator=iter(["ein kleiner Satz", "a small sentence"] * 20),
                                    model_writer=proto, vocab_size=20, minloglevel=2)
-    with pytest.raises(AssertionError):
-        Tokenizer(proto.getvalue())
+    with pytest.raises(ConfigError, match=r"^x/spm.model: a sentencepiece model without mt's special ids \(pad 0, "
+                       r"unk 1, bos 2, eos 3\); use the spm.model that mt trained for this run$"):
+        Tokenizer(proto.getvalue(), "x/spm.model")
 
 
 def test_word_starts_are_the_pieces_after_a_space(tokenizer):
