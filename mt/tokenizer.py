@@ -27,14 +27,16 @@ class Tokenizer:
         self.proto = model_proto
         try:
             self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
-        except RuntimeError as e:  # sentencepiece's "Internal: ... ParseFromArray" and the like
+            # every piece read once: a damaged one (invalid UTF-8) fails here, not in the middle of a translation
+            self._word_starts = {i for i in range(self.sp.get_piece_size())
+                                 if self.sp.id_to_piece(i).startswith("\u2581")}
+        except (RuntimeError, UnicodeDecodeError) as e:  # sentencepiece's "Internal: ... ParseFromArray" and the like
             reason = (str(e).splitlines() or ["?"])[0]
             raise ConfigError(f"{source}: damaged or not a sentencepiece model ({reason}); restore it from the run "
                               f"it belongs to") from None
         if (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) != (PAD, UNK, BOS, EOS):
             raise ConfigError(f"{source}: a sentencepiece model without mt's special ids (pad 0, unk 1, bos 2, "
                               f"eos 3); use the spm.model that mt trained for this run")
-        self._word_starts = {i for i in range(self.sp.get_piece_size()) if self.sp.id_to_piece(i).startswith("\u2581")}
 
     @property
     def sha256(self) -> str:
