@@ -52,3 +52,12 @@ def test_word_starts_are_the_pieces_after_a_space(tokenizer):
     ids = tokenizer.encode(["Der kleine Hund"])[0]
     assert [tokenizer.starts_word(i) for i in ids] == [p.startswith("\u2581") for p in pieces]
     assert sum(map(tokenizer.starts_word, ids)) == 3
+
+
+def test_a_piece_that_is_not_utf8_is_a_damaged_model(tokenizer):
+    """What the fuzz soak found: sentencepiece parses the model, then a piece fails to decode."""
+    data = bytearray(tokenizer.proto)
+    i = data.index("\u2581".encode())
+    data[i + 1] ^= 0x40  # e2 96 81 -> e2 d6 81: not UTF-8
+    with pytest.raises(ConfigError, match=r"^x/spm.model: damaged or not a sentencepiece model \(.*\); restore it"):
+        Tokenizer(bytes(data), "x/spm.model")
