@@ -218,7 +218,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with its errors on one line (the usage is one --help away), exit code 2 as before."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)}; see {self.prog} --help\n")
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
