@@ -83,8 +83,9 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def _read_input(path: str | None) -> list[str]:
-    """Input lines, split on newlines only; invalid UTF-8 is replaced (U+FFFD) with a warning."""
-    from mt.data import split_lines
+    """Input lines, split on newlines only; gzip data (a .gz file, or bytes that start as gzip does) is
+    decompressed; invalid UTF-8 is replaced (U+FFFD) with a warning."""
+    from mt.data import gunzip, split_lines
 
     name = path or "<stdin>"
     if path is None:
@@ -96,6 +97,8 @@ def _read_input(path: str | None) -> list[str]:
             raise ConfigError(f"{path}: input file not found") from None
         except OSError as e:
             raise ConfigError(f"{path}: cannot read input ({e.strerror or e})") from None
+    if raw.startswith(b"\x1f\x8b") or (path or "").endswith(".gz"):  # 1f 8b never starts UTF-8 text
+        raw = gunzip(raw, name)
     lines = split_lines(raw.decode("utf-8", errors="replace"))
     bad = [i + 1 for i, line in enumerate(lines) if "\ufffd" in line]
     if bad:
@@ -157,7 +160,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    from mt.rundir import write_average
+    from mt.checkpoint import write_average
 
     _setup_logging()
     if not Path(args.run).is_dir():
@@ -211,6 +214,13 @@ def _run_options(p: argparse.ArgumentParser, decoding: bool = True, n_best: bool
     group.add_argument("--batch-tokens", type=_at_least(16), help="source tokens per decoding batch")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (the usage is one --help away), exit code 2 as before."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)}; see {self.prog} --help\n")
+
+
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
     """Shows an option's default where it has one worth showing."""
 
@@ -221,7 +231,7 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mt", description="Train and run Transformer translation models.")
+    parser = _Parser(prog="mt", description="Train and run Transformer translation models.")
     parser.add_argument("--version", action="version", version=f"mt {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for user errors")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -278,6 +288,12 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     return args
 
 
+def one_line(message: str) -> str:
+    """An error message as one printable line, whatever a damaged file put into it."""
+    flat = " ".join(message.split())
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in flat)
+
+
 def _exit_code(e: Exception) -> int | None:
     """2 for input the user can fix, 1 for training that cannot go on, None for a bug."""
     if isinstance(e, (ConfigError, DataError)):
@@ -302,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         if code is None or args.debug:
             raise
         where = f"[rank {_rank()}] " if "WORLD_SIZE" in os.environ else ""
-        print(f"mt: error: {where}{e}", file=sys.stderr)
+        print(f"mt: error: {where}{one_line(str(e))}", file=sys.stderr)
         return code
 
 

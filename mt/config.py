@@ -232,6 +232,9 @@ def _read_yaml(path: Path) -> dict:
         raise ConfigError(f"{path}: config file not found") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read config ({e})") from None
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, most control characters)
+        raise ConfigError(f"{path}: character {e.position + 1} ({e.character!r}) is not allowed in YAML; save the "
+                          f"config as plain UTF-8 text") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -178,12 +178,17 @@ def _problem(folder: Path, identity: list) -> str:
         meta = json.loads((folder / "meta.json").read_text())
     except (OSError, ValueError):
         return "not built yet" if not folder.exists() else "meta.json missing or unreadable"
-    if meta.get("format") != FORMAT or meta.get("identity") != identity:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("identity") != identity:
         return "the corpus files changed since it was built"
-    for name, expected in meta["files"].items():
-        path = folder / name
-        if not path.is_file() or path.stat().st_size != expected["bytes"] or _sha256(path) != expected["sha256"]:
-            return f"{name} is damaged (size or sha256 differ from meta.json)"
+    try:
+        for name in _SIDES:
+            path, expected = folder / name, meta["files"][name]
+            if not path.is_file() or path.stat().st_size != expected["bytes"] or _sha256(path) != expected["sha256"]:
+                return f"{name} is damaged (size or sha256 differ from meta.json)"
+        if {meta["ids_dtype"], meta["len_dtype"]} - {str(t) for t in _TYPECODE}:
+            return "meta.json names an unknown id type"
+    except (KeyError, TypeError):
+        return "meta.json is damaged"
     return ""
 
 

@@ -15,6 +15,7 @@ import os
 import random
 import re
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Union
@@ -62,13 +63,28 @@ def split_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def read_failure(path: Path, e: Exception) -> DataError:
+    """The one-line error for a file that cannot be read to its end: damaged compressed data, or the
+    file system's reason."""
+    if isinstance(e, (EOFError, zlib.error, gzip.BadGzipFile)):
+        return DataError(f"{path}: damaged compressed file ({e}); download or copy it again")
+    if isinstance(e, FileNotFoundError):
+        return DataError(f"{path}: file not found")
+    return DataError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e}); check the path and its permissions")
+
+
 def _open(path: Path):
     try:
         return (gzip.open if path.suffix == ".gz" else open)(path, "rb")
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
     except OSError as e:
-        raise DataError(f"{path}: cannot read ({e.strerror or e}); check the path and its permissions") from None
+        raise read_failure(path, e) from None
+
+
+def gunzip(data: bytes, path: str | Path) -> bytes:
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as e:
+        raise read_failure(Path(path), e) from None
 
 
 def iter_lines(path: str | Path) -> Iterator[str]:
@@ -83,9 +99,8 @@ def iter_lines(path: str | Path) -> Iterator[str]:
                     raise DataError(f"{path}: line {number} is not valid UTF-8; re-encode the file as UTF-8") from None
                 line = line[:-1] if line.endswith("\n") else line
                 yield normalize(line[:-1] if line.endswith("\r") else line)
-        except (OSError, EOFError) as e:
-            raise DataError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e}); check the path and "
-                            f"its permissions") from None
+        except (OSError, EOFError, zlib.error) as e:
+            raise read_failure(path, e) from None
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -102,8 +117,8 @@ def count_lines(source: TextSource) -> int:
         try:
             while block := f.read(1 << 22):
                 n, last = n + block.count(b"\n"), block[-1:]
-        except (OSError, EOFError) as e:
-            raise DataError(f"{source}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+        except (OSError, EOFError, zlib.error) as e:
+            raise read_failure(source, e) from None
     return n + (last != b"\n")
 
 
@@ -123,7 +138,10 @@ def read_parallel(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as e:
+        raise read_failure(path, e) from None
 
 
 def _download(manifest: dict, dest: Path) -> None:
@@ -144,9 +162,21 @@ def _download(manifest: dict, dest: Path) -> None:
         write_bytes(target, payload)
 
 
+def read_manifest(path: Path) -> dict:
+    """The corpus manifest (package data): base_url, and per file its remote name and sha256."""
+    try:
+        manifest = json.loads(path.read_bytes())
+        fields = [manifest["base_url"]] + [entry[k] for entry in manifest["files"].values() for k in ("remote", "sha256")]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        fields = [None]
+    if not all(isinstance(field, str) for field in fields):
+        raise DataError(f"{path}: damaged (it lists the corpus files and their sha256); reinstall mt")
+    return manifest
+
+
 def multi30k_dir(data_dir: str = "", manifest_path: Path = MANIFEST) -> Path:
     """The verified multi30k/ folder: from `data_dir`, else $MT_DATA_DIR, else downloaded into data/."""
-    manifest = json.loads(manifest_path.read_text())
+    manifest = read_manifest(manifest_path)
     root = data_dir or os.environ.get("MT_DATA_DIR", "")
     folder = Path(root) / "multi30k" if root else downloads_dir() / "multi30k"
     if not root:

@@ -18,7 +18,7 @@ from mt.decode import greedy_decode
 from mt.distributed import resolve_device
 from mt.files import write_text
 from mt.model import Seq2Seq, count_parameters
-from mt.rundir import checkpoint_path, load_run
+from mt.rundir import checkpoint_path, load_run, read_metrics
 from mt.tokenizer import BOS, Tokenizer
 from mt.translate import score, translate_lines
 
@@ -38,6 +38,8 @@ def evaluate_run(run_dir: str | Path, split: str = "test", device: str = "auto",
     result lists the files written under "written".
     """
     run_dir = Path(run_dir)
+    card = read_card(run_dir)  # damage in the card or metrics is reported before anything is written
+    rows = read_metrics(run_dir / "metrics.jsonl") if "training" not in card else []
     path = checkpoint_path(run_dir, checkpoint)
     cfg, tokenizer, model = load_run(run_dir, str(path), overrides)
     name, (src, ref) = (Path(files[0]).name, read_parallel(*map(Path, files))) if files else \
@@ -52,20 +54,19 @@ def evaluate_run(run_dir: str | Path, split: str = "test", device: str = "auto",
     write_text(written[0], "".join(h + "\n" for h in hyps))
     write_text(written[1], "".join(r + "\n" for r in ref))
     write_text(written[2], json.dumps(result, indent=2) + "\n")
-    card = read_card(run_dir)
-    sections = {} if "training" in card else describe_untracked_run(run_dir, cfg, model)
+    sections = {} if "training" in card else describe_untracked_run(rows, cfg, model)
     update_card(run_dir, **sections, results={**card.get("results", {}), key: result})
     return {**result, "key": key, "written": [str(p) for p in written + [run_dir / "card.json"]]}
 
 
-def describe_untracked_run(run_dir: Path, cfg: RunConfig, model: Seq2Seq) -> dict:
-    """Card sections for a run trained before cards existed, rebuilt from its metrics.jsonl; tokens/s
-    is the mean of the logged windows, and code/hardware are those of this evaluation."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+def describe_untracked_run(rows: list[dict], cfg: RunConfig, model: Seq2Seq) -> dict:
+    """Card sections for a run trained before cards existed, rebuilt from its metrics.jsonl `rows`;
+    tokens/s is the mean of the logged windows, and code/hardware are those of this evaluation."""
     logs, vals = [r for r in rows if "loss" in r], [r for r in rows if "val_bleu" in r]
     best = max(vals, key=lambda r: r["val_bleu"], default={})
-    training = {"steps": max(r["step"] for r in rows), "epochs": max((r["epoch"] for r in logs), default=0),
-                "wall_s": max(r["elapsed_s"] for r in rows), "train_s": None,
+    training = {"steps": max((r["step"] for r in rows), default=0),
+                "epochs": max((r.get("epoch", 0) for r in logs), default=0),
+                "wall_s": max((r["elapsed_s"] for r in rows if "elapsed_s" in r), default=None), "train_s": None,
                 "tokens_per_s": round(sum(r["tokens_per_s"] for r in logs) / max(len(logs), 1), 1),
                 "best_step": best.get("step"), "best_val_bleu": best.get("val_bleu"),
                 "best_val_chrf": best.get("val_chrf"), "stopped": "", "rebuilt_from_metrics": True}

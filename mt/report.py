@@ -4,12 +4,12 @@ One row per run (from card.json), the config keys that differ between runs, and 
 bootstrap resampling of BLEU and chrF of every run against the first, on the same test set and
 decoding setting. `RUN@SETTING` compares another of a run's evaluations (e.g. its averaged checkpoint:
 `runs/x@test-beam5 runs/x@test-beam5-averaged`). Runs scored on other references or with other metric
-signatures are listed but not compared, and the report says why. Plots (training NLL and val BLEU against steps and wall time)
-need matplotlib, the optional `plot` extra; without it the report says they were skipped.
+signatures are listed but not compared, and the report says why. Plots (training NLL and val BLEU
+against steps and wall time) need matplotlib, the optional `plot` extra; without it the report says
+they were skipped.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +19,9 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from mt.card import read_card
-from mt.config import ConfigError, flatten
+from mt.config import ConfigError, DataError, flatten
 from mt.files import write_text
+from mt.rundir import read_metrics
 
 P_THRESHOLD = 0.05
 BOOTSTRAP_SAMPLES = 1000
@@ -38,8 +39,54 @@ class Run:
     def result(self, setting: str) -> dict | None:
         return self.card.get("results", {}).get(self.setting or setting)
 
-    def lines(self, name: str) -> list[str]:
-        return (self.path / name).read_text(encoding="utf-8").split("\n")[:-1]
+    def lines(self, name: str, count: int) -> list[str]:
+        """The `count` lines of DIR/name (hypotheses or references that `mt evaluate` wrote)."""
+        path = self.path / name
+        try:
+            lines = path.read_bytes().decode("utf-8").split("\n")[:-1]
+        except (OSError, UnicodeDecodeError) as e:
+            raise DataError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e}); run `mt evaluate --run "
+                            f"{self.path}` again to rewrite it") from None
+        if len(lines) != count:
+            raise DataError(f"{path}: {len(lines)} lines, but card.json says {count} sentences were scored; run "
+                            f"`mt evaluate --run {self.path}` again to rewrite it")
+        return lines
+
+
+_NUMBER, _TEXT, _INT = (int, float), (str,), (int,)
+_KIND = {_NUMBER: "a number", _TEXT: "a string", _INT: "an integer"}
+CARD_FIELDS = {"config.name": _TEXT, "config.hash": _TEXT, "config.base": _TEXT, "parameters": _INT,
+               "training.steps": _INT, "training.epochs": _INT, "training.wall_s": _NUMBER,
+               "training.tokens_per_s": _NUMBER, "training.best_step": _INT, "training.best_val_bleu": _NUMBER,
+               "code.git_commit": _TEXT}  # what the report reads (None is allowed where the card may lack it)
+RESULT_FIELDS = {"bleu": _NUMBER, "chrf": _NUMBER, "bleu_lc": _NUMBER, "length_ratio": _NUMBER, "sentences": _INT,
+                 "refs_sha256": _TEXT, "bleu_signature": _TEXT, "chrf_signature": _TEXT, "hyp_file": _TEXT,
+                 "ref_file": _TEXT, "beam": _INT, "length_penalty": _NUMBER}
+REQUIRED_CARD = ("config.name", "config.hash", "config.base", "parameters")
+REQUIRED_RESULT = ("bleu", "chrf", "sentences", "refs_sha256", "bleu_signature", "chrf_signature", "hyp_file",
+                   "ref_file")
+
+
+def card_problem(card: dict, setting: str) -> str:
+    """What in a card the report cannot use ("" = nothing): a field of another type than mt writes."""
+    for key, types in CARD_FIELDS.items():
+        section, _, name = key.rpartition(".")
+        value = card.get(section, {}).get(name) if section else card.get(name)
+        if value is None and key in REQUIRED_CARD:
+            return f"it lacks {key}"
+        if value is not None and not isinstance(value, types):
+            return f"{key} is not {_KIND[types]}"
+    result = card.get("results", {}).get(setting)
+    if result is None:
+        return ""
+    if not isinstance(result, dict) or any(result.get(k) is None for k in REQUIRED_RESULT):
+        return f"results.{setting} lacks what `mt evaluate` writes"
+    bad = [k for k, types in RESULT_FIELDS.items() if result.get(k) is not None and not isinstance(result[k], types)]
+    if bad:
+        return f"results.{setting}.{bad[0]} is not {_KIND[RESULT_FIELDS[bad[0]]]}"
+    if any(Path(result[k]).name != result[k] for k in ("hyp_file", "ref_file")):
+        return f"results.{setting} names files outside the run directory"
+    return ""
 
 
 def split_setting(arg: str | Path) -> tuple[Path, str]:
@@ -48,16 +95,18 @@ def split_setting(arg: str | Path) -> tuple[Path, str]:
     return (Path(path), setting) if at and not Path(arg).exists() and setting else (Path(arg), "")
 
 
-def load_runs(paths: list[str | Path]) -> list[Run]:
+def load_runs(paths: list[str | Path], setting: str = "test") -> list[Run]:
+    """The runs to compare (`setting`: the evaluation a row shows unless it names its own), checked."""
     runs = []
-    for path, setting in map(split_setting, paths):
+    for path, own_setting in map(split_setting, paths):
         card = read_card(path)
         if not card:
             raise ConfigError(f"{path}/card.json: not found; train the run (or run `mt evaluate --run {path}`) first")
-        metrics_path = path / "metrics.jsonl"
-        rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()] \
-            if metrics_path.exists() else []
-        runs.append(Run(path, card, rows, setting=setting))
+        problem = card_problem(card, own_setting or setting)
+        if problem:
+            raise DataError(f"{path}/card.json: damaged ({problem}); restore it, or delete it and run `mt evaluate "
+                            f"--run {path}` to write a new one")
+        runs.append(Run(path, card, read_metrics(path / "metrics.jsonl"), setting=own_setting))
     if len({(r.path.resolve(), r.setting) for r in runs}) != len(runs):
         raise ConfigError("the same run directory is given twice (RUN@SETTING compares two of its evaluations)")
     folders = {r.path.resolve(): r.path.name for r in runs}
@@ -87,8 +136,9 @@ def comparability(base: dict | None, other: dict | None) -> str:
 def paired_bootstrap(runs: list[Run], setting: str) -> list[dict]:
     """sacreBLEU paired bootstrap resampling of each run against the first: one dict per run with
     bleu/chrf score, 95% CI and p-value (None for the baseline)."""
-    refs = runs[0].lines(runs[0].result(setting)["ref_file"])
-    systems = [(r.label, r.lines(r.result(setting)["hyp_file"])) for r in runs]
+    base = runs[0].result(setting)
+    refs = runs[0].lines(base["ref_file"], base["sentences"])
+    systems = [(r.label, r.lines(r.result(setting)["hyp_file"], base["sentences"])) for r in runs]
     test = PairedTest(systems, {"bleu": BLEU(), "chrf": CHRF()}, [refs], test_type="bs",
                       n_samples=BOOTSTRAP_SAMPLES)
     _, scores = test()
@@ -226,7 +276,7 @@ def plot_curves(runs: list[Run], path: Path):
 
 def write_report(paths: list[str | Path], out: str | Path, setting: str = "test") -> tuple[Path, str]:
     """Write the Markdown report (and its plot beside it); returns (report path, plots note)."""
-    runs = load_runs(paths)
+    runs = load_runs(paths, setting)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_name(out.stem + "-curves.png")

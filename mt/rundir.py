@@ -1,4 +1,4 @@
-"""The run directory: what a checkpoint holds, where a run resumes from, and the files a run writes.
+"""The run directory: where a run resumes from, what loads a trained model, and the files a run writes.
 
     DIR/config.yaml     the resolved config (also inside every checkpoint)
     DIR/spm.model       the joint BPE model
@@ -8,198 +8,40 @@
     DIR/best.pt         the checkpoint of the best validation BLEU
     DIR/replaced-*/     an earlier run's files, moved aside by `mt train --force-new`
 
-A checkpoint holds only tensors, numbers, strings and lists/dicts of them, so it loads with
-`torch.load(weights_only=True)`, and it is replaced atomically (mt.files), so a crash never leaves a
-half-written one. Reading a run (`load_run`, `resume_checkpoint`) checks everything and writes nothing.
+    DIR/train.lock      held (flock) while a training writes DIR
+
+Checkpoints are mt.checkpoint's. Reading a run (`load_run`, `resume_checkpoint`, `read_metrics`)
+checks everything and writes nothing; a damaged file is a one-line ConfigError or DataError.
 """
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
+import fcntl
+import hashlib
 import json
 import logging
 import logging.handlers
-import math
-import pickle
-import random
+import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
 
-from mt.config import (ConfigError, RunConfig, apply_overrides, config_differences, config_from_dict, config_to_dict,
-                       save_config)
-from mt.files import atomic_write, write_text
+from mt.card import read_card
+from mt.checkpoint import RESUMABLE_KEYS, Progress, build_model, load_checkpoint, set_rng_state, stored_config
+from mt.config import ConfigError, DataError, RunConfig, config_differences, config_to_dict, save_config
+from mt.files import write_text
 from mt.model import Seq2Seq
-from mt.tokenizer import Tokenizer, load_tokenizer
+from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
 LOG_FORMAT = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
-EMPTY_WINDOW = {"loss": 0.0, "nll": 0.0, "tgt": 0, "tokens": 0, "seconds": 0.0}
-
-# Keys a resumed run may change: they decide when to stop, log, save or validate, or how `mt translate`
-# decodes, never what is learned nor what best.pt means (train.valid_beam is not among them).
-RESUMABLE_KEYS = ("name", "base", "train.max_steps", "train.max_minutes", "train.patience", "train.valid_every",
-                  "train.keep_last", "train.average_last",
-                  "train.save_every", "train.log_every", "train.max_nonfinite", "train.threads",
-                  "train.device", "train.dist_backend", "decode")
 ARCHIVED = ("last.pt", "best.pt", "averaged.pt", "ckpt-*.pt", "spm.model", "config.yaml", "metrics.jsonl",
             "card.json", "train.log",
             "eval-*.json", "hyp-*.txt", "ref-*.txt")
-
-
-@dataclass
-class Progress:
-    """Counters of the running training loop: all of it goes into every checkpoint."""
-    step: int = 0                # optimizer updates done
-    epoch: int = 0               # current epoch, from 1
-    batch_index: int = 0         # batches of the current epoch consumed so far
-    best_bleu: float = -1.0
-    best_chrf: float = -1.0      # chrF at the best-BLEU validation
-    best_step: int = 0
-    best_loss: float = math.inf  # val loss at the best validation (by train.best_metric)
-    bad_validations: int = 0     # validations in a row without a best_metric gain (train.patience)
-    validated_step: int = -1     # step of the latest validation
-    nonfinite_total: int = 0     # updates skipped for a non-finite loss or gradient
-    nonfinite_streak: int = 0
-    scaler_skips: int = 0        # fp16 updates the grad scaler skipped (overflow), not counted as steps
-    window: dict = field(default_factory=lambda: dict(EMPTY_WINDOW))  # sums since the last log line
-    tokens: int = 0              # source + target non-pad tokens trained on
-    train_seconds: float = 0.0   # inside optimizer updates only (for tokens/s)
-    elapsed_s: float = 0.0       # wall clock of the loop, validation included, summed over restarts
-
-
-    def record(self, result: dict, metric: str) -> bool:
-        """Whether a validation `result` is the best so far by `metric` (bleu: higher val_bleu; loss:
-        lower val_loss); keeps its scores if so, else counts a bad validation."""
-        better = result["val_bleu"] > self.best_bleu if metric == "bleu" else result["val_loss"] < self.best_loss
-        if better:
-            self.best_bleu, self.best_chrf, self.best_loss = result["val_bleu"], result["val_chrf"], result["val_loss"]
-            self.best_step, self.bad_validations = self.step, 0
-        else:
-            self.bad_validations += 1
-        return better
-
-
-def rng_state(device: torch.device) -> dict:
-    """This process's random state: Python's, torch's CPU generator, and its own GPU's (not every
-    visible GPU's, so that a run resumes on a host with fewer GPUs)."""
-    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def set_rng_state(state: dict, device: torch.device) -> None:
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    if device.type == "cuda" and isinstance(state.get("cuda"), torch.Tensor):  # absent when trained on CPU
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
-def save_checkpoint(path: Path, cfg: RunConfig, model: Seq2Seq, optimizer: torch.optim.Optimizer,
-                    scaler: torch.amp.GradScaler, progress: Progress, rng_states: list[dict]) -> None:
-    """Write a checkpoint atomically; `rng_states` holds one state per process, in rank order."""
-    ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-            "config": config_to_dict(cfg), "vocab_size": model.vocab_size,
-            "progress": dataclasses.asdict(progress), "rng": rng_states}
-    with atomic_write(path) as f:
-        torch.save(ckpt, f)
-
-
-REQUIRED_KEYS = ("model", "config", "vocab_size")
-
-
-def keep_model(run_dir: Path, cfg: RunConfig, model: Seq2Seq, progress: Progress, keep: int) -> None:
-    """DIR/ckpt-STEP.pt: the model (weights, config, progress; no optimizer) at this validation; only
-    the `keep` newest stay (train.keep_last)."""
-    with atomic_write(run_dir / f"ckpt-{progress.step:07d}.pt") as f:
-        torch.save({"model": model.state_dict(), "config": config_to_dict(cfg), "vocab_size": model.vocab_size,
-                    "progress": dataclasses.asdict(progress)}, f)
-    for old in kept_models(run_dir)[:-keep]:
-        old.unlink()
-
-
-def kept_models(run_dir: Path) -> list[Path]:
-    """DIR/ckpt-*.pt, oldest first."""
-    return sorted(run_dir.glob("ckpt-*.pt"))
-
-
-def average_models(paths: list[Path]) -> dict:
-    """A checkpoint whose weights are the fp32 mean of `paths`' weights, with the first's config;
-    checkpoints of different configs (beyond RESUMABLE_KEYS) are refused with a one-line error."""
-    ckpts = [load_checkpoint(p) for p in paths]
-    first = ckpts[0]
-    for path, ckpt in zip(paths[1:], ckpts[1:]):
-        diff = config_differences(first["config"], ckpt["config"], ignore=RESUMABLE_KEYS)
-        if diff or ckpt["vocab_size"] != first["vocab_size"] or ckpt["model"].keys() != first["model"].keys():
-            what = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in diff.items()) or "other weights"
-            raise ConfigError(f"{path}: another config than {paths[0]} ({what}); average checkpoints of one run")
-    mean = {k: torch.stack([c["model"][k].float() for c in ckpts]).mean(0).to(v.dtype)
-            for k, v in first["model"].items()}
-    return {"model": mean, "config": first["config"], "vocab_size": first["vocab_size"],
-            "averaged": [str(p) for p in paths]}
-
-
-def write_average(run_dir: Path, last: int) -> Path:
-    """DIR/averaged.pt from the `last` newest DIR/ckpt-*.pt (`mt average`, train.average_last)."""
-    kept = kept_models(run_dir)
-    if len(kept) < last:
-        raise ConfigError(f"{run_dir}: {len(kept)} kept checkpoints (ckpt-*.pt), fewer than the {last} to average; "
-                          f"set train.keep_last >= {last} and validate more often or train longer")
-    with atomic_write(run_dir / "averaged.pt") as f:
-        torch.save(average_models(kept[-last:]), f)
-    log.info("wrote %s: the mean of %s", run_dir / "averaged.pt", ", ".join(p.name for p in kept[-last:]))
-    return run_dir / "averaged.pt"
-
-
-def load_checkpoint(path: str | Path) -> dict:
-    """Load with weights_only=True: a pickle that names any code (a crafted file) is refused unrun."""
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"{path}: no checkpoint; train first with `mt train CONFIG --run-dir {path.parent}`")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise ConfigError(f"{path}: refused: it holds objects other than tensors and plain data, which could "
-                          f"run code; only load checkpoints written by mt") from None
-    except Exception:  # noqa: BLE001 - truncated, damaged or not a torch file at all
-        raise ConfigError(f"{path}: damaged or not a checkpoint; delete it or train again") from None
-    if not isinstance(ckpt, dict) or any(k not in ckpt for k in REQUIRED_KEYS):
-        raise ConfigError(f"{path}: not an mt checkpoint (it lacks {', '.join(REQUIRED_KEYS)}); delete it "
-                          f"or train again")
-    return ckpt
-
-
-def stored_config(ckpt: dict, path: Path, overrides: list[str] = ()) -> RunConfig:
-    """The checkpoint's config (keys newer than the checkpoint take their defaults), with `overrides`."""
-    try:
-        config_from_dict(copy.deepcopy(ckpt["config"]))
-    except ConfigError as e:  # written by another version of mt, or edited
-        raise ConfigError(f"{path}: stored config is invalid: {e}") from None
-    return config_from_dict(apply_overrides(copy.deepcopy(ckpt["config"]), list(overrides)))
-
-
-def build_model(ckpt: dict, cfg: RunConfig, path: str | Path) -> Seq2Seq:
-    """The checkpoint's weights in a model built from `cfg`; a mismatch is a one-line ConfigError."""
-    model = Seq2Seq(cfg.model, ckpt["vocab_size"])
-    expected, found = model.state_dict(), ckpt["model"]
-    missing = [k for k in expected if k not in found]
-    extra = [k for k in found if k not in expected]
-    reshaped = [k for k in expected if k in found and found[k].shape != expected[k].shape]
-    problems = ([f"{len(missing)} missing, e.g. {missing[0]}"] if missing else []) + \
-               ([f"{len(extra)} unexpected, e.g. {extra[0]}"] if extra else []) + \
-               ([f"{len(reshaped)} of another shape, e.g. {reshaped[0]} {tuple(found[reshaped[0]].shape)} "
-                 f"instead of {tuple(expected[reshaped[0]].shape)}"] if reshaped else [])
-    if problems:
-        raise ConfigError(f"{path}: weights do not fit the model its config describes ({'; '.join(problems)}); "
-                          f"the checkpoint comes from an incompatible config")
-    model.load_state_dict(found)
-    return model
 
 
 def run_tokenizer(run_dir: Path, ckpt: dict, ckpt_name: str, fix: str) -> Tokenizer:
@@ -207,7 +49,14 @@ def run_tokenizer(run_dir: Path, ckpt: dict, ckpt_name: str, fix: str) -> Tokeni
     path = run_dir / "spm.model"
     if not path.is_file():
         raise ConfigError(f"{path}: not found, so {run_dir / ckpt_name} cannot be used; {fix}")
-    tokenizer = load_tokenizer(path)
+    try:
+        proto = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
+    if ckpt.get("tokenizer_sha256", hashlib.sha256(proto).hexdigest()) != hashlib.sha256(proto).hexdigest():
+        raise ConfigError(f"{path}: not the tokenizer {ckpt_name} was trained with (its sha256 differs: damaged "
+                          f"or replaced); restore the run's spm.model")
+    tokenizer = Tokenizer(proto, str(path))
     if tokenizer.vocab_size != ckpt["vocab_size"]:
         raise ConfigError(f"{path} has {tokenizer.vocab_size} pieces but {ckpt_name} expects "
                           f"{ckpt['vocab_size']}; the run directory is inconsistent")
@@ -251,9 +100,16 @@ def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, 
     if not path.exists():
         return None
     ckpt = load_checkpoint(path)
-    if "progress" not in ckpt:
+    if any(k not in ckpt for k in ("progress", "optimizer", "scaler", "rng")):
         raise ConfigError(f"{path}: written by an older mt without resume state; use another --run-dir "
                           f"or --force-new")
+    defaults = dataclasses.asdict(Progress())
+    stored = ckpt["progress"]
+    if not isinstance(stored, dict) or set(stored) - set(defaults) or not isinstance(ckpt["rng"], list) or any(
+            not isinstance(stored[k], type(v)) and not (type(v) is float and type(stored[k]) is int)
+            for k, v in defaults.items() if k in stored):
+        raise ConfigError(f"{path}: damaged training state (counters or random states are not what mt writes); "
+                          f"restore it, or use --force-new")
     stored = config_to_dict(stored_config(ckpt, path))
     diff = config_differences(stored, config_to_dict(cfg), ignore=RESUMABLE_KEYS)
     if diff:
@@ -263,16 +119,23 @@ def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, 
     if len(ckpt["rng"]) != world:
         raise ConfigError(f"{path} was written by {len(ckpt['rng'])} processes, not {world}; resume with the "
                           f"same number for an exact resume")
+    read_metrics(run_dir / "metrics.jsonl")  # damage is reported now, before anything is written
+    read_card(run_dir)
     return ckpt, run_tokenizer(run_dir, ckpt, path.name, "restore it or use --force-new")
 
 
 def restore(ckpt: dict, model: Seq2Seq, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
             rank: int, device: torch.device) -> Progress:
     """Load the checkpoint's states into the run's objects and this rank's RNGs; returns its counters."""
-    model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
-    scaler.load_state_dict(ckpt["scaler"])
-    set_rng_state(ckpt["rng"][rank], device)
+    try:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scaler.load_state_dict(ckpt["scaler"])
+        set_rng_state(ckpt["rng"][rank], device)
+    except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:  # a damaged but loadable last.pt
+        detail = (str(e).splitlines() or [""])[0][:80]
+        raise ConfigError(f"last.pt: damaged training state ({type(e).__name__}: {detail}); restore it, or use "
+                          f"--force-new") from None
     return Progress(**ckpt["progress"])
 
 
@@ -286,16 +149,74 @@ def archive_previous(run_dir: Path) -> None:
     log.info("--force-new: moved the previous run's files to %s", dest)
 
 
+_NUMBERS = ("epoch", "loss", "nll", "lr", "tokens_per_s", "elapsed_s", "val_loss", "val_nll", "val_ppl", "val_bleu",
+            "val_chrf")
+_NEEDS = {"loss": ("nll", "elapsed_s", "tokens_per_s"), "val_bleu": ("elapsed_s",)}  # what report plots
+
+
+def _row_problem(row) -> str:
+    """Why a metrics.jsonl row is not one that mt writes ("" = it is)."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    if type(row.get("step")) is not int or row["step"] < 0:
+        return "no step count"
+    needed = {k for key, more in _NEEDS.items() if key in row for k in more} | (set(_NUMBERS) & row.keys())
+    bad = sorted(k for k in needed if type(row.get(k)) not in (int, float))
+    return f"{bad[0]} is missing or not a number" if bad else ""
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """DIR/metrics.jsonl's rows ([] without the file); reads only. A last line cut short (no newline
+    after it: a crash while writing) is left out with a warning; any other line that is not what mt
+    writes is a DataError naming its number."""
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
+    rows = []
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            row = None
+        problem = _row_problem(row) if row is not None else "not JSON"
+        if problem and number == len(lines):
+            log.warning("%s: line %d is incomplete (cut short while being written?); left out", path, number)
+        elif problem:
+            raise DataError(f"{path}: line {number}: {problem}; fix or delete that line (mt writes one JSON "
+                            f"object a line)")
+        else:
+            rows.append(row)
+    return rows
+
+
 def keep_metrics_until(path: Path, step: int) -> None:
     """Drop metrics written after the checkpoint we resume from (and a half-written last line)."""
-    kept = []
-    for line in path.read_text(encoding="utf-8").split("\n") if path.exists() else []:
+    write_text(path, "".join(json.dumps(row) + "\n" for row in read_metrics(path) if row["step"] <= step))
+
+
+@contextlib.contextmanager
+def locked(run_dir: Path) -> Iterator[None]:
+    """Hold DIR/train.lock while a training writes DIR: a second `mt train` on it is refused. The lock
+    is the kernel's (flock), so it ends with the process however it ends: a crash leaves none behind."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / "train.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
         try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line + "\n")
-        except (ValueError, KeyError, TypeError):
-            continue
-    write_text(path, "".join(kept))
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            raise ConfigError(f"{run_dir} is being trained by {holder}; wait for it to finish or stop it (Ctrl-C "
+                              f"saves and exits), or use another --run-dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"mt train (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 class MetricsLog:

@@ -5,6 +5,7 @@ source + target training text and saved in the run directory (`spm.model`); late
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from pathlib import Path
@@ -21,11 +22,26 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 class Tokenizer:
     """Text <-> piece ids with one shared vocabulary."""
 
-    def __init__(self, model_proto: bytes):
+    def __init__(self, model_proto: bytes, source: str = "the tokenizer model"):
+        """`source` names the bytes' origin (a file) in the error for bytes that are not a model of mt's."""
         self.proto = model_proto
-        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
-        self._word_starts = {i for i in range(self.sp.get_piece_size()) if self.sp.id_to_piece(i).startswith("\u2581")}
-        assert (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) == (PAD, UNK, BOS, EOS)
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+            # every piece read once: a damaged one (invalid UTF-8) fails here, not in the middle of a translation
+            self._word_starts = {i for i in range(self.sp.get_piece_size())
+                                 if self.sp.id_to_piece(i).startswith("\u2581")}
+        except (RuntimeError, UnicodeDecodeError) as e:  # sentencepiece's "Internal: ... ParseFromArray" and the like
+            reason = (str(e).splitlines() or ["?"])[0]
+            raise ConfigError(f"{source}: damaged or not a sentencepiece model ({reason}); restore it from the run "
+                              f"it belongs to") from None
+        if (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) != (PAD, UNK, BOS, EOS):
+            raise ConfigError(f"{source}: a sentencepiece model without mt's special ids (pad 0, unk 1, bos 2, "
+                              f"eos 3); use the spm.model that mt trained for this run")
+
+    @property
+    def sha256(self) -> str:
+        """Of the model's bytes: checkpoints record it, so a replaced or damaged spm.model is caught."""
+        return hashlib.sha256(self.proto).hexdigest()
 
     @property
     def vocab_size(self) -> int:
@@ -69,4 +85,8 @@ def train_tokenizer(texts: Iterable[str] | Path, vocab_size: int, character_cove
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    return Tokenizer(Path(path).read_bytes())
+    path = Path(path)
+    try:
+        return Tokenizer(path.read_bytes(), str(path))
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror or e}); check the path and its permissions") from None

@@ -27,14 +27,15 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from mt import corpus, distributed, rundir
+from mt import checkpoint, corpus, distributed, rundir
 from mt.card import code_version, config_section, hardware, update_card
 from mt.config import ConfigError, RunConfig, TrainConfig
 from mt.corpus import BatchStream, Corpus
 from mt.data import Batch, load_split
 from mt.loss import autocast, batch_loss
 from mt.model import Seq2Seq, count_parameters
-from mt.rundir import EMPTY_WINDOW, MetricsLog, Progress
+from mt.checkpoint import EMPTY_WINDOW, Progress, save_checkpoint
+from mt.rundir import MetricsLog
 from mt.tokenizer import Tokenizer
 from mt.validation import Validation, make_validation, validate
 
@@ -192,9 +193,10 @@ def setup(cfg: RunConfig, run_dir: Path, force_new: bool, resumed: tuple | None,
         progress = Progress()
         if ranks.enabled:
             torch.manual_seed(cfg.train.seed + 1000 * ranks.rank)  # different dropout masks per rank
-    metrics = rundir.open_run_dir(run_dir, cfg, tokenizer, progress.step if resumed else None, force_new,
-                                  start_log) if ranks.main else None
-    if metrics is not None:
+    metrics = None
+    if ranks.main:  # the first write: the lock, then the run's files
+        cleanup.enter_context(rundir.locked(run_dir))
+        metrics = rundir.open_run_dir(run_dir, cfg, tokenizer, progress.step if resumed else None, force_new, start_log)
         cleanup.callback(metrics.close)
     if resumed:
         log.info("resuming %s/last.pt: step %d, epoch %d (batch %d), %s", run_dir, progress.step, progress.epoch,
@@ -210,9 +212,9 @@ def setup(cfg: RunConfig, run_dir: Path, force_new: bool, resumed: tuple | None,
 
 def save(s: Session, name: str) -> None:
     """Every rank calls this (its RNG state goes in); rank 0 writes."""
-    states = distributed.gather(rundir.rng_state(s.device), s.ranks)  # one per rank
+    rng = distributed.gather(checkpoint.rng_state(s.device), s.ranks)  # one per rank
     if s.ranks.main:
-        rundir.save_checkpoint(s.run_dir / name, s.cfg, s.model, s.optimizer, s.scaler, s.progress, states)
+        save_checkpoint(s.run_dir / name, s.cfg, s.model, s.tokenizer, s.optimizer, s.scaler, s.progress, rng)
 
 
 def write_metrics(s: Session, record: dict) -> None:
@@ -269,8 +271,7 @@ def clock(seconds: float) -> str:
 
 
 def progress_bar(t: TrainConfig, p: Progress, ranks: distributed.Ranks) -> tqdm:
-    """Steps done of train.max_steps, on rank 0's terminal; a terminal that reports no width gets 80
-    columns rather than no bar."""
+    """Steps done of train.max_steps, on rank 0's terminal (80 columns where it reports no width)."""
     try:
         width = os.get_terminal_size(sys.stderr.fileno()).columns
     except (OSError, ValueError):
@@ -297,7 +298,7 @@ def validate_and_save(s: Session) -> None:
     if improved:
         save(s, "best.pt")
     if s.ranks.main and s.cfg.train.keep_last:
-        rundir.keep_model(s.run_dir, s.cfg, s.model, p, s.cfg.train.keep_last)
+        checkpoint.keep_model(s.run_dir, s.cfg, s.model, s.tokenizer, p, s.cfg.train.keep_last)
 
 
 def stop_reason(t: TrainConfig, p: Progress) -> str:
@@ -313,8 +314,7 @@ def stop_reason(t: TrainConfig, p: Progress) -> str:
 
 
 def elapsed(s: Session, clock_start: float) -> float:
-    """The loop's wall clock; under torchrun with train.max_minutes, rank 0's, so that all ranks stop
-    at the same step."""
+    """The loop's wall clock; under torchrun with max_minutes, rank 0's: all ranks stop at one step."""
     seconds = time.perf_counter() - clock_start
     return distributed.from_main(seconds, s.ranks) if s.cfg.train.max_minutes and s.ranks.enabled else seconds
 
@@ -329,7 +329,7 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
         log.info("stopped at step %d (epoch %d): %s; %s; %.0fs wall, %.0fs in updates", p.step, p.epoch, stop,
                  best_so_far(p), p.elapsed_s, p.train_seconds)
     if s.ranks.main and s.cfg.train.average_last and not interrupted:
-        rundir.write_average(s.run_dir, s.cfg.train.average_last)
+        checkpoint.write_average(s.run_dir, s.cfg.train.average_last)
     if s.ranks.main:
         t, speed = s.cfg.train, round(p.tokens / max(p.train_seconds, 1e-9), 1)
         training = {"steps": p.step, "epochs": p.epoch, "wall_s": round(p.elapsed_s, 1),

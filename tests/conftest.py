@@ -17,6 +17,17 @@ TINY = ["model.d_model=32", "model.d_ff=64", "model.layers=1", "tokenizer.vocab_
         "train.threads=1", "train.log_every=2", "train.valid_every=4", "data.corpus=files"]
 
 
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-long", action="store_true",
+                     help="fuzz every reader with 1,000 damaged files instead of CI's 25 (tests/test_fuzz.py)")
+
+
+def pytest_configure(config):
+    import os
+    if config.getoption("--fuzz-long"):
+        os.environ.setdefault("MT_FUZZ_EXAMPLES", "1000")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def corpus_cache(tmp_path_factory):
     """Binarized corpora of the tests' runs (and their subprocesses) go to a temporary folder."""

@@ -126,10 +126,14 @@ def test_version_and_help_do_not_import_torch():
 def test_an_unknown_option_is_named_before_a_missing_one():
     result = mt("translate", "--rum", "runs/toy")
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1] == ("mt translate: error: unrecognized arguments: --rum runs/toy; "
-                                              "did you mean --run?")
+    assert result.stderr == ("mt translate: error: unrecognized arguments: --rum runs/toy; did you mean --run?; "
+                             "see mt translate --help\n")  # one line: the usage is one --help away
     result = mt("translate")
-    assert result.stderr.splitlines()[-1] == "mt translate: error: the following arguments are required: --run"
+    assert result.stderr == ("mt translate: error: the following arguments are required: --run; "
+                             "see mt translate --help\n")
+    result = mt("translate", "--run", "r", "--be\x0cam", "2")  # a form feed is a line break to str.splitlines
+    assert result.stderr == ("mt translate: error: unrecognized arguments: --be am 2; did you mean --beam?; see mt "
+                             "translate --help\n")
     assert "--n-best" not in mt("evaluate", "--help").stdout  # translate's alone
     assert "(default: runs/report.md)" in " ".join(mt("report", "--help").stdout.split())
 

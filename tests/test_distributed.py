@@ -66,7 +66,8 @@ def test_two_processes_equal_one_process_accumulating_their_batches(ddp_and_sing
 def test_only_rank_zero_writes(ddp_and_single):
     root, _ = ddp_and_single
     files = sorted(p.name for p in (root / "ddp").iterdir())
-    assert files == ["best.pt", "card.json", "config.yaml", "last.pt", "metrics.jsonl", "spm.model", "train.log"]
+    assert files == ["best.pt", "card.json", "config.yaml", "last.pt", "metrics.jsonl", "spm.model", "train.lock",
+                     "train.log"]
     steps = [s for s, _ in losses(root / "ddp")]
     assert steps == sorted(set(steps))  # one metrics writer: no duplicated rows
     assert len(torch.load(root / "ddp" / "last.pt", weights_only=True)["rng"]) == 2  # both ranks' RNG states

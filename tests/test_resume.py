@@ -1,4 +1,5 @@
 """Never lose work: exact resume, crash-safe checkpoints, signals, non-finite losses, safe loading."""
+import hashlib
 import json
 import os
 import pickle
@@ -12,8 +13,8 @@ import pytest
 import torch
 
 import mt.train
+from mt.checkpoint import rng_state
 from mt.config import load_config
-from mt.rundir import rng_state
 from mt.train import TrainingError, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +161,8 @@ def test_checkpoints_hold_only_plain_data(tmp_path, tiny_config):
     run = tmp_path / "run"
     train(tiny_config("train.max_steps=2"), run)
     ckpt = torch.load(run / "last.pt", weights_only=True)
-    assert set(ckpt) == {"model", "optimizer", "scaler", "config", "vocab_size", "progress", "rng"}
+    assert set(ckpt) == {"model", "optimizer", "scaler", "config", "vocab_size", "tokenizer_sha256", "progress", "rng"}
+    assert ckpt["tokenizer_sha256"] == hashlib.sha256((run / "spm.model").read_bytes()).hexdigest()
     assert len(ckpt["rng"]) == 1 and set(ckpt["rng"][0]) >= {"python", "torch"}  # one state per process
     assert ckpt["progress"]["step"] == 2 and ckpt["progress"]["batch_index"] == 4
 

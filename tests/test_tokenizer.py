@@ -42,8 +42,9 @@ def test_a_model_with_other_special_ids_is_refused():
     proto = io.BytesIO()  # sentencepiece's defaults: unk 0, bos 1, eos 2, no pad
     spm.SentencePieceTrainer.train(sentence_iterator=iter(["ein kleiner Satz", "a small sentence"] * 20),
                                    model_writer=proto, vocab_size=20, minloglevel=2)
-    with pytest.raises(AssertionError):
-        Tokenizer(proto.getvalue())
+    with pytest.raises(ConfigError, match=r"^x/spm.model: a sentencepiece model without mt's special ids \(pad 0, "
+                       r"unk 1, bos 2, eos 3\); use the spm.model that mt trained for this run$"):
+        Tokenizer(proto.getvalue(), "x/spm.model")
 
 
 def test_word_starts_are_the_pieces_after_a_space(tokenizer):
@@ -51,3 +52,12 @@ def test_word_starts_are_the_pieces_after_a_space(tokenizer):
     ids = tokenizer.encode(["Der kleine Hund"])[0]
     assert [tokenizer.starts_word(i) for i in ids] == [p.startswith("\u2581") for p in pieces]
     assert sum(map(tokenizer.starts_word, ids)) == 3
+
+
+def test_a_piece_that_is_not_utf8_is_a_damaged_model(tokenizer):
+    """What the fuzz soak found: sentencepiece parses the model, then a piece fails to decode."""
+    data = bytearray(tokenizer.proto)
+    i = data.index("\u2581".encode())
+    data[i + 1] ^= 0x40  # e2 96 81 -> e2 d6 81: not UTF-8
+    with pytest.raises(ConfigError, match=r"^x/spm.model: damaged or not a sentencepiece model \(.*\); restore it"):
+        Tokenizer(bytes(data), "x/spm.model")

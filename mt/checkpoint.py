@@ -1,0 +1,194 @@
+"""What a checkpoint holds, and writing, loading, checking and averaging checkpoints.
+
+    last.pt, best.pt    model, Adam, grad scaler, counters (`Progress`), RNG states, config, vocab size,
+                        and the sha256 of the spm.model it was trained with
+    ckpt-STEP.pt        the model at a validation (train.keep_last): weights, config, counters
+    averaged.pt         the fp32 mean of the last kept models (train.average_last, `mt average`)
+
+A checkpoint holds only tensors, numbers, strings and lists/dicts of them, so it loads with
+`torch.load(weights_only=True)`, and it is replaced atomically (mt.files), so a crash never leaves a
+half-written one. Loading checks what it reads and turns every damage into a one-line ConfigError.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+import pickle
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from mt.config import ConfigError, RunConfig, apply_overrides, config_differences, config_from_dict, config_to_dict
+from mt.files import atomic_write
+from mt.model import Seq2Seq
+from mt.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+EMPTY_WINDOW = {"loss": 0.0, "nll": 0.0, "tgt": 0, "tokens": 0, "seconds": 0.0}
+# Keys a resumed run may change: they decide when to stop, log, save or validate, or how `mt translate`
+# decodes, never what is learned nor what best.pt means (train.valid_beam is not among them).
+RESUMABLE_KEYS = ("name", "base", "train.max_steps", "train.max_minutes", "train.patience", "train.valid_every",
+                  "train.keep_last", "train.average_last",
+                  "train.save_every", "train.log_every", "train.max_nonfinite", "train.threads",
+                  "train.device", "train.dist_backend", "decode")
+
+@dataclass
+class Progress:
+    """Counters of the running training loop: all of it goes into every checkpoint."""
+    step: int = 0                # optimizer updates done
+    epoch: int = 0               # current epoch, from 1
+    batch_index: int = 0         # batches of the current epoch consumed so far
+    best_bleu: float = -1.0
+    best_chrf: float = -1.0      # chrF at the best-BLEU validation
+    best_step: int = 0
+    best_loss: float = math.inf  # val loss at the best validation (by train.best_metric)
+    bad_validations: int = 0     # validations in a row without a best_metric gain (train.patience)
+    validated_step: int = -1     # step of the latest validation
+    nonfinite_total: int = 0     # updates skipped for a non-finite loss or gradient
+    nonfinite_streak: int = 0
+    scaler_skips: int = 0        # fp16 updates the grad scaler skipped (overflow), not counted as steps
+    window: dict = field(default_factory=lambda: dict(EMPTY_WINDOW))  # sums since the last log line
+    tokens: int = 0              # source + target non-pad tokens trained on
+    train_seconds: float = 0.0   # inside optimizer updates only (for tokens/s)
+    elapsed_s: float = 0.0       # wall clock of the loop, validation included, summed over restarts
+
+
+    def record(self, result: dict, metric: str) -> bool:
+        """Whether a validation `result` is the best so far by `metric` (bleu: higher val_bleu; loss:
+        lower val_loss); keeps its scores if so, else counts a bad validation."""
+        better = result["val_bleu"] > self.best_bleu if metric == "bleu" else result["val_loss"] < self.best_loss
+        if better:
+            self.best_bleu, self.best_chrf, self.best_loss = result["val_bleu"], result["val_chrf"], result["val_loss"]
+            self.best_step, self.bad_validations = self.step, 0
+        else:
+            self.bad_validations += 1
+        return better
+
+
+def rng_state(device: torch.device) -> dict:
+    """This process's random state: Python's, torch's CPU generator, and its own GPU's (not every
+    visible GPU's, so that a run resumes on a host with fewer GPUs)."""
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and isinstance(state.get("cuda"), torch.Tensor):  # absent when trained on CPU
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def save_checkpoint(path: Path, cfg: RunConfig, model: Seq2Seq, tokenizer: Tokenizer,
+                    optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, progress: Progress,
+                    rng_states: list[dict]) -> None:
+    """Write a checkpoint atomically; `rng_states` holds one state per process, in rank order."""
+    ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+            "config": config_to_dict(cfg), "vocab_size": model.vocab_size, "tokenizer_sha256": tokenizer.sha256,
+            "progress": dataclasses.asdict(progress), "rng": rng_states}
+    with atomic_write(path) as f:
+        torch.save(ckpt, f)
+
+
+REQUIRED_KEYS = ("model", "config", "vocab_size")
+
+
+def keep_model(run_dir: Path, cfg: RunConfig, model: Seq2Seq, tokenizer: Tokenizer, progress: Progress,
+               keep: int) -> None:
+    """DIR/ckpt-STEP.pt: the model (weights, config, progress; no optimizer) at this validation; only
+    the `keep` newest stay (train.keep_last)."""
+    with atomic_write(run_dir / f"ckpt-{progress.step:07d}.pt") as f:
+        torch.save({"model": model.state_dict(), "config": config_to_dict(cfg), "vocab_size": model.vocab_size,
+                    "tokenizer_sha256": tokenizer.sha256, "progress": dataclasses.asdict(progress)}, f)
+    for old in kept_models(run_dir)[:-keep]:
+        old.unlink()
+
+
+def kept_models(run_dir: Path) -> list[Path]:
+    """DIR/ckpt-*.pt, oldest first."""
+    return sorted(run_dir.glob("ckpt-*.pt"))
+
+
+def average_models(paths: list[Path]) -> dict:
+    """A checkpoint whose weights are the fp32 mean of `paths`' weights, with the first's config;
+    checkpoints of different configs (beyond RESUMABLE_KEYS) are refused with a one-line error."""
+    ckpts = [load_checkpoint(p) for p in paths]
+    first = ckpts[0]
+    for path, ckpt in zip(paths[1:], ckpts[1:]):
+        diff = config_differences(first["config"], ckpt["config"], ignore=RESUMABLE_KEYS)
+        if diff or ckpt["vocab_size"] != first["vocab_size"] or ckpt["model"].keys() != first["model"].keys():
+            what = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in diff.items()) or "other weights"
+            raise ConfigError(f"{path}: another config than {paths[0]} ({what}); average checkpoints of one run")
+    mean = {k: torch.stack([c["model"][k].float() for c in ckpts]).mean(0).to(v.dtype)
+            for k, v in first["model"].items()}
+    return {"model": mean, "config": first["config"], "vocab_size": first["vocab_size"],
+            **{k: first[k] for k in ("tokenizer_sha256",) if k in first}, "averaged": [str(p) for p in paths]}
+
+
+def write_average(run_dir: Path, last: int) -> Path:
+    """DIR/averaged.pt from the `last` newest DIR/ckpt-*.pt (`mt average`, train.average_last)."""
+    kept = kept_models(run_dir)
+    if len(kept) < last:
+        raise ConfigError(f"{run_dir}: {len(kept)} kept checkpoints (ckpt-*.pt), fewer than the {last} to average; "
+                          f"set train.keep_last >= {last} and validate more often or train longer")
+    with atomic_write(run_dir / "averaged.pt") as f:
+        torch.save(average_models(kept[-last:]), f)
+    log.info("wrote %s: the mean of %s", run_dir / "averaged.pt", ", ".join(p.name for p in kept[-last:]))
+    return run_dir / "averaged.pt"
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """Load with weights_only=True: a pickle that names any code (a crafted file) is refused unrun."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: no checkpoint; train first with `mt train CONFIG --run-dir {path.parent}`")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise ConfigError(f"{path}: refused: it holds objects other than tensors and plain data, which could "
+                          f"run code; only load checkpoints written by mt") from None
+    except Exception:  # noqa: BLE001 - truncated, damaged, a folder, or not a torch file at all
+        raise ConfigError(f"{path}: damaged or not a checkpoint; delete it or train again") from None
+    if not isinstance(ckpt, dict) or any(k not in ckpt for k in REQUIRED_KEYS):
+        raise ConfigError(f"{path}: not an mt checkpoint (it lacks {', '.join(REQUIRED_KEYS)}); delete it "
+                          f"or train again")
+    weights = ckpt["model"]
+    if not (isinstance(ckpt["config"], dict) and type(ckpt["vocab_size"]) is int and ckpt["vocab_size"] > 0
+            and isinstance(weights, dict) and all(isinstance(v, torch.Tensor) for v in weights.values())):
+        raise ConfigError(f"{path}: damaged checkpoint (its config, vocabulary size or weights are not what mt "
+                          f"writes); delete it or train again")
+    return ckpt
+
+
+def stored_config(ckpt: dict, path: Path, overrides: list[str] = ()) -> RunConfig:
+    """The checkpoint's config (keys newer than the checkpoint take their defaults), with `overrides`."""
+    try:
+        config_from_dict(copy.deepcopy(ckpt["config"]))
+    except ConfigError as e:  # written by another version of mt, or edited
+        raise ConfigError(f"{path}: stored config is invalid: {e}") from None
+    return config_from_dict(apply_overrides(copy.deepcopy(ckpt["config"]), list(overrides)))
+
+
+def build_model(ckpt: dict, cfg: RunConfig, path: str | Path) -> Seq2Seq:
+    """The checkpoint's weights in a model built from `cfg`; a mismatch is a one-line ConfigError."""
+    model = Seq2Seq(cfg.model, ckpt["vocab_size"])
+    expected, found = model.state_dict(), ckpt["model"]
+    missing = [k for k in expected if k not in found]
+    extra = [k for k in found if k not in expected]
+    reshaped = [k for k in expected if k in found and found[k].shape != expected[k].shape]
+    problems = ([f"{len(missing)} missing, e.g. {missing[0]}"] if missing else []) + \
+               ([f"{len(extra)} unexpected, e.g. {extra[0]}"] if extra else []) + \
+               ([f"{len(reshaped)} of another shape, e.g. {reshaped[0]} {tuple(found[reshaped[0]].shape)} "
+                 f"instead of {tuple(expected[reshaped[0]].shape)}"] if reshaped else [])
+    if problems:
+        raise ConfigError(f"{path}: weights do not fit the model its config describes ({'; '.join(problems)}); "
+                          f"the checkpoint comes from an incompatible config")
+    model.load_state_dict(found)
+    return model
