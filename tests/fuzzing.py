@@ -270,11 +270,15 @@ def binarized_cache(ws: Workspace, data: bytes) -> Outcome:
             os.environ["MT_CACHE_DIR"] = old
 
 
+def _translate_with(run: Path, name: str, data: bytes) -> Outcome:
+    """`mt translate --run RUN` of one sentence, with RUN/name replaced by `data`."""
+    (run / name).write_bytes(data)
+    return run_cli(["translate", "--run", str(run), "--device", "cpu"], stdin=b"Ein Hund .\n", watch=run)
+
+
 def spm_model(ws: Workspace, data: bytes) -> Outcome:
     """`mt translate` with a damaged DIR/spm.model (the checkpoint knows its sha256)."""
-    run, _ = ws.fresh()
-    (run / "spm.model").write_bytes(data)
-    return run_cli(["translate", "--run", str(run), "--device", "cpu"], stdin=b"Ein Hund .\n", watch=run)
+    return _translate_with(ws.fresh()[0], "spm.model", data)
 
 
 def spm_model_unchecked(ws: Workspace, data: bytes) -> Outcome:
@@ -284,15 +288,12 @@ def spm_model_unchecked(ws: Workspace, data: bytes) -> Outcome:
     ckpt = torch.load(run / "best.pt", weights_only=True)
     ckpt.pop("tokenizer_sha256", None)
     torch.save(ckpt, run / "best.pt")
-    (run / "spm.model").write_bytes(data)
-    return run_cli(["translate", "--run", str(run), "--device", "cpu"], stdin=b"Ein Hund .\n", watch=run)
+    return _translate_with(run, "spm.model", data)
 
 
 def best_checkpoint(ws: Workspace, data: bytes) -> Outcome:
     """`mt translate` with a damaged best.pt."""
-    run, _ = ws.fresh()
-    (run / "best.pt").write_bytes(data)
-    return run_cli(["translate", "--run", str(run), "--device", "cpu"], stdin=b"Ein Hund .\n", watch=run)
+    return _translate_with(ws.fresh()[0], "best.pt", data)
 
 
 def last_checkpoint(ws: Workspace, data: bytes) -> Outcome:
