@@ -53,7 +53,7 @@ def run_tokenizer(run_dir: Path, ckpt: dict, ckpt_name: str, fix: str) -> Tokeni
         proto = path.read_bytes()
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
-    if ckpt.get("tokenizer_sha256", hashlib.sha256(proto).hexdigest()) != hashlib.sha256(proto).hexdigest():
+    if ckpt.get("tokenizer_sha256") not in (None, hashlib.sha256(proto).hexdigest()):  # None: an older mt's
         raise ConfigError(f"{path}: not the tokenizer {ckpt_name} was trained with (its sha256 differs: damaged "
                           f"or replaced); restore the run's spm.model")
     tokenizer = Tokenizer(proto, str(path))
@@ -104,10 +104,10 @@ def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, 
         raise ConfigError(f"{path}: written by an older mt without resume state; use another --run-dir "
                           f"or --force-new")
     defaults = dataclasses.asdict(Progress())
-    stored = ckpt["progress"]
-    if not isinstance(stored, dict) or set(stored) - set(defaults) or not isinstance(ckpt["rng"], list) or any(
-            not isinstance(stored[k], type(v)) and not (type(v) is float and type(stored[k]) is int)
-            for k, v in defaults.items() if k in stored):
+    counters = ckpt["progress"]
+    if not isinstance(counters, dict) or set(counters) - set(defaults) or not isinstance(ckpt["rng"], list) or any(
+            not isinstance(counters[k], type(v)) and not (type(v) is float and type(counters[k]) is int)
+            for k, v in defaults.items() if k in counters):
         raise ConfigError(f"{path}: damaged training state (counters or random states are not what mt writes); "
                           f"restore it, or use --force-new")
     stored = config_to_dict(stored_config(ckpt, path))

@@ -62,6 +62,7 @@ def test_a_damaged_tokenizer_model_is_one_line(capsys, run):
     code, err = run_main(capsys, "translate", "--run", str(run), "--input", str(run / "ref-test.txt"))
     assert code == 2 and err == (f"mt: error: {run}/spm.model: not the tokenizer best.pt was trained with (its "
                                  f"sha256 differs: damaged or replaced); restore the run's spm.model\n")
+    assert file_hashes(run) == before
     ckpt = torch.load(run / "best.pt", weights_only=True)  # as written by an mt that kept no sha256
     del ckpt["tokenizer_sha256"]
     torch.save(ckpt, run / "best.pt")
