@@ -1,4 +1,4 @@
-"""`mt train | translate | evaluate | report | attention`: the command line, the only module that knows
+"""`mt train | translate | evaluate | report | average | attention | serve`: the command line, the only module that knows
 every other one. It imports torch only inside the commands, so `mt --help` and `mt --version` are quick.
 
 User-fixable problems (ConfigError, DataError) print one line and exit with code 2; `--debug` shows
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from mt import __version__
-from mt.config import ConfigError, DataError, DecodeConfig, load_config  # no torch: `mt --help` stays fast
+from mt.config import ConfigError, DataError, DecodeConfig, ServeLimits, load_config  # no torch: `mt --help` stays fast
 
 log = logging.getLogger("mt")
 
@@ -180,11 +180,40 @@ def cmd_attention(args: argparse.Namespace) -> None:
     found = attention_for(model.to(device), tokenizer, args.sentence, cfg.decode, device)
     out = Path(args.out or Path(args.run) / "attention.png")
     try:
-        plot_attention(found.source, found.target, found.layers, out, per_head=args.per_head)
+        plot_attention(found.source, found.predicted, found.cross, out, per_head=args.per_head)
     except ImportError:
         raise ConfigError("mt attention needs matplotlib: pip install -e '.[plot]'") from None
     print(found.translation)
     print(f"wrote {out}", file=sys.stderr)
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    from mt.distributed import resolve_device
+    try:
+        from mt.serve import serve
+    except ImportError as e:
+        raise ConfigError(f"mt serve needs FastAPI and uvicorn ({e.name} is missing): pip install -e '.[serve]'") from None
+
+    _setup_logging()
+    limits = ServeLimits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeLimits)})
+    serve(Path(args.run), args.checkpoint, args.host, args.port, resolve_device(args.device), limits,
+          _flag_overrides(args))
+
+
+LIMIT_HELP = {"max_request_bytes": "request body size", "max_lines": "lines per request",
+              "max_line_chars": "characters per line", "max_beam": "largest beam a request may ask for",
+              "max_queue": "requests waiting for the decoding thread",
+              "max_batch_lines": "lines the decoding thread merges into one call",
+              "max_wait_ms": "how long it waits for more requests once the queue is empty"}
+
+
+def _serve_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 opens it to the network")
+    p.add_argument("--port", type=_at_least(0), default=8000, help="port to listen on")
+    group = p.add_argument_group("limits (a request over one gets a 413 or 422 naming it; a full queue, 503)")
+    for f in dataclasses.fields(ServeLimits):
+        group.add_argument("--" + f.name.replace("_", "-"), type=_at_least(0, type(f.default)), default=f.default,
+                           metavar="N", help=LIMIT_HELP[f.name])
 
 
 def _at_least(lo: float, kind: type = int):
@@ -264,6 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", help="run directory (required)")
     p.add_argument("--last", type=_at_least(1), default=5, help="how many of the newest ckpt-*.pt to average")
     p.set_defaults(func=cmd_average)
+    p = command("serve", "serve a run over HTTP: a JSON API with dynamic batching, and an attention explorer at /")
+    _run_options(p)
+    _serve_options(p)
+    p.set_defaults(func=cmd_serve)
     p = command("attention", "plot cross-attention of the greedy translation of one sentence")
     p.add_argument("sentence")
     _run_options(p, decoding=False)

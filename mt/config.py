@@ -104,6 +104,18 @@ class DecodeConfig:
 
 
 @dataclass(frozen=True)
+class ServeLimits:
+    """What one `mt serve` request may ask, and how its worker batches: `mt serve --max-...` flags."""
+    max_request_bytes: int = 1 << 20
+    max_lines: int = 256          # lines per request
+    max_line_chars: int = 4000
+    max_beam: int = 16
+    max_queue: int = 256          # requests waiting for the decoding thread; one more gets 503
+    max_batch_lines: int = 2048   # lines the worker merges into one decoding call
+    max_wait_ms: float = 5.0      # how long it waits for more requests once the queue is empty
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str = "run"
     base: str = ""       # the config file this one extends (YAML key `base:`, relative to the file); "" = none

@@ -1,8 +1,10 @@
 """Evaluating a run: translate a split with its checkpoint, score it, and record the result (eval
-files and the run card); and the cross-attention of one translation for `mt attention`.
+files and the run card); and the attention of translations
+(encoder self-, decoder self- and cross-attention) for `mt attention` and `mt serve`.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -13,13 +15,13 @@ from torch import Tensor
 
 from mt.card import code_version, config_section, hardware, read_card, result_key, update_card
 from mt.config import DecodeConfig, RunConfig
-from mt.data import load_split, normalize, read_parallel, source_batch
-from mt.decode import greedy_decode
+from mt.data import load_split, make_batch, normalize, read_parallel, source_batch
+from mt.decode import beam_search, greedy_decode
 from mt.distributed import resolve_device
 from mt.files import write_text
 from mt.model import Seq2Seq, count_parameters
 from mt.rundir import checkpoint_path, load_run, read_metrics
-from mt.tokenizer import BOS, Tokenizer
+from mt.tokenizer import PAD, Tokenizer
 from mt.translate import score, translate_lines
 
 
@@ -76,21 +78,43 @@ def describe_untracked_run(rows: list[dict], cfg: RunConfig, model: Seq2Seq) -> 
 
 
 class AttentionMap(NamedTuple):
+    """One sentence's attention in a teacher-forced pass over its batch (padded to the batch's longest)."""
     translation: str
-    source: list[str]     # source pieces + "</s>"
-    target: list[str]     # pieces of the translation + "</s>"
-    layers: list[Tensor]  # per decoder layer: (H, T, S) cross-attention probabilities
+    source: list[str]        # source positions (S): pieces, "</s>", then "<pad>"s
+    target: list[str]        # decoder input positions (T): "<s>", pieces of the translation, then "<pad>"s
+    predicted: list[str]     # what each decoder position predicts (T): pieces, "</s>", then "<pad>"s
+    source_mask: list[bool]  # (S,) True = real token, as the model's masks
+    target_mask: list[bool]  # (T,)
+    encoder: list[Tensor]    # per encoder layer: (H, S, S) self-attention probabilities
+    decoder: list[Tensor]    # per decoder layer: (H, T, T) self-attention (causal and padding masks)
+    cross: list[Tensor]      # per decoder layer: (H, T, S) cross-attention
 
 
 @torch.inference_mode()
+def attention_maps(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: DecodeConfig,
+                   device: torch.device | str = "cpu") -> list[AttentionMap]:
+    """Translate lines as one batch (the 1-best of cfg's search; sources cut to the model's positions)
+    and return each one's attention of every kind and layer, padding included."""
+    model.eval()
+    limit = model.cfg.max_positions - 1
+    ids = [x[:limit] for x in tokenizer.encode([normalize(line) for line in lines])]
+    src, src_mask = (t.to(device) for t in source_batch(ids))
+    if cfg.beam == 1:
+        hyps = [h.tokens for h in greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b)]
+    else:
+        hyps = [h[0].tokens for h in beam_search(model, src, src_mask, cfg.beam, cfg.max_len_a, cfg.max_len_b,
+                                                  cfg.length_penalty, 1)]
+    batch = make_batch(ids, hyps)
+    found = model.attention(src, src_mask, batch.tgt_in.to(device), batch.tgt_mask.to(device))
+    piece = lambda seq: [tokenizer.sp.id_to_piece(i) if i != PAD else "<pad>" for i in seq.tolist()]  # noqa: E731
+    texts = tokenizer.decode(hyps)
+    return [AttentionMap(texts[b], piece(src[b]), piece(batch.tgt_in[b]), piece(batch.tgt_out[b]),
+                         src_mask[b].tolist(), batch.tgt_mask[b].tolist(),
+                         *([w[b].cpu() for w in found[kind]] for kind in ("encoder", "decoder", "cross")))
+            for b in range(len(lines))]
+
+
 def attention_for(model: Seq2Seq, tokenizer: Tokenizer, line: str, cfg: DecodeConfig,
                   device: torch.device | str = "cpu") -> AttentionMap:
-    """Greedy-translate one line and return its cross-attention in every decoder layer."""
-    model.eval()
-    ids = tokenizer.encode([normalize(line)])[0][: model.cfg.max_positions - 1]
-    src, src_mask = (t.to(device) for t in source_batch([ids]))
-    hyp = greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b)[0].tokens
-    tgt_in = torch.tensor([[BOS] + hyp], device=device)                    # (1, T)
-    weights = model.cross_attention(src, src_mask, tgt_in, torch.ones_like(tgt_in, dtype=torch.bool))
-    pieces = lambda seq: [tokenizer.sp.id_to_piece(i) for i in seq] + ["</s>"]  # noqa: E731
-    return AttentionMap(tokenizer.decode([hyp])[0], pieces(ids), pieces(hyp), [w[0].cpu() for w in weights])
+    """Greedy-translate one line and return its attention (`mt attention` plots the cross-attention)."""
+    return attention_maps(model, tokenizer, [line], dataclasses.replace(cfg, beam=1), device)[0]

@@ -309,15 +309,24 @@ class Seq2Seq(nn.Module):
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask=tgt_mask)[0]
 
     @torch.no_grad()
-    def cross_attention(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> list[Tensor]:
-        """Teacher-forced cross-attention probabilities of every decoder layer: (B, H, T, S) each."""
-        found: list[Tensor] = []
+    def attention(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> dict[str, list[Tensor]]:
+        """Teacher-forced attention probabilities of every layer, by kind: "encoder" self-attention
+        (B, H, S, S), "decoder" self-attention (B, H, T, T) and "cross"-attention (B, H, T, S) each.
+        Masked positions get exactly 0."""
+        found: dict[str, list[Tensor]] = {"encoder": [], "decoder": [], "cross": []}
 
-        def keep(module: Attention, args: tuple, output: Tensor) -> None:
-            x, k, _, mask = args
-            found.append(module.weights(x, k, mask))
+        def keeper(kind: str):
+            def keep(module: Attention, args: tuple, output: Tensor) -> None:
+                x, k, _, mask, *causal = args
+                if causal and causal[0]:  # SDPA's own causal flag (CUDA): the mask it stands for
+                    mask = decoder_self_mask(x.size(1), None, x.device)
+                found[kind].append(module.weights(x, k, mask))
+            return keep
 
-        hooks = [layer.cross_attn.register_forward_hook(keep) for layer in self.decoder]
+        modules = [(layer.self_attn, "encoder") for layer in self.encoder] + \
+                  [(m, kind) for layer in self.decoder for m, kind in ((layer.self_attn, "decoder"),
+                                                                       (layer.cross_attn, "cross"))]
+        hooks = [module.register_forward_hook(keeper(kind)) for module, kind in modules]
         try:
             self.forward(src, src_mask, tgt_in, tgt_mask)
         finally:

@@ -213,3 +213,39 @@ def test_the_causal_flag_gives_the_masked_outputs_at_real_positions(small_model,
     real = tgt != PAD
     torch.testing.assert_close(flagged[real], masked[real], rtol=1e-5, atol=1e-5)
     assert not torch.allclose(flagged[~real], masked[~real])  # pad positions now see other pads
+
+
+def test_attention_of_every_kind_hides_exactly_the_masked_positions(small_model):
+    batch = make_batch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]])  # S = 5, T = 4; row 1 is padded
+    found = small_model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
+    assert [len(found[k]) for k in ("encoder", "decoder", "cross")] == [2, 2, 2]
+    hidden = {"encoder": ~batch.src_mask[:, None, None, :].expand(2, 4, 5, 5),                   # (B, H, S, S)
+              "decoder": ~decoder_self_mask(4, batch.tgt_mask).expand(2, 4, 4, 4),               # (B, H, T, T)
+              "cross": ~batch.src_mask[:, None, None, :].expand(2, 4, 4, 5)}                     # (B, H, T, S)
+    for kind, layers in found.items():
+        for w in layers:
+            assert w.shape == hidden[kind].shape
+            assert torch.all(w[hidden[kind]] == 0) and torch.all(w[~hidden[kind]] > 0), kind
+            torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
+    # the padded sentence (<s> 14 <pad> <pad>): its queries see only earlier real tokens
+    assert hidden["decoder"][1, 0].int().tolist() == [[0, 1, 1, 1], [0, 0, 1, 1], [0, 0, 1, 1], [0, 0, 1, 1]]
+
+
+def test_attention_weights_are_the_ones_the_layers_use(small_model, monkeypatch):
+    """Each kind's weights times the values, through out_proj, give the layer's output; with SDPA's
+    causal flag (the GPU path) too, whose decoder self-attention has no mask to hook."""
+    import mt.model
+    batch = make_batch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]])
+    for flag in (False, True):
+        monkeypatch.setattr(mt.model, "causal_flag", lambda tgt_in: flag)
+        seen = []
+        modules = [small_model.encoder[0].self_attn, small_model.decoder[0].self_attn, small_model.decoder[0].cross_attn]
+        hooks = [m.register_forward_hook(lambda m, args, out: seen.append((m, args, out))) for m in modules]
+        found = small_model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
+        for hook in hooks:
+            hook.remove()
+        for (module, args, out), w in zip(seen, (found["encoder"][0], found["decoder"][0], found["cross"][0])):
+            mixed = w @ args[2]                                                    # (B, H, T, Dh)
+            B, H, T, Dh = mixed.shape
+            real = batch.tgt_mask if T == 4 else torch.ones(B, T, dtype=torch.bool)
+            torch.testing.assert_close(module.out_proj(mixed.transpose(1, 2).reshape(B, T, H * Dh))[real], out[real])

@@ -152,7 +152,7 @@ def test_attention_command_writes_png(two_runs, tmp_path, capsys):
 
 def test_cross_attention_weights_reproduce_the_attention_output(small_model):
     batch = make_batch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]])
-    weights = small_model.cross_attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
+    weights = small_model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)["cross"]
     assert len(weights) == 2 and weights[0].shape == (2, 4, 4, 5)  # (B, H, T, S)
     for w in weights:
         torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 4))
@@ -161,7 +161,7 @@ def test_cross_attention_weights_reproduce_the_attention_output(small_model):
     layer = small_model.decoder[0].cross_attn
     seen = {}
     handle = layer.register_forward_hook(lambda m, args, out: seen.update(args=args, out=out))
-    small_model.cross_attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
+    small_model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
     handle.remove()
     x, k, v, mask = seen["args"]
     mixed = layer.weights(x, k, mask) @ v                            # (B, H, T, Dh)

@@ -1,0 +1,388 @@
+"""`mt serve`: one loaded model behind HTTP (FastAPI on uvicorn), and the attention explorer page.
+
+The event loop only parses, checks and answers requests; one decoding thread owns the model. It takes
+every request waiting (waiting at most `max_wait_ms` for more once the queue is empty), merges those
+with the same decoding options into one call of `translate_nbest`, which sorts their lines into
+token-budget batches, and hands each request its own lines' results back, in order. So many small
+requests are decoded as `mt translate` decodes one file. Lines go through the same code as there:
+control characters (a newline too) become spaces, an empty line gives an empty translation, a line
+longer than the model takes is translated in parts.
+
+Every error is JSON {"error": one line, ...}: 413 for a request over a limit ("limit": its name), 422
+for a bad option ("option": its name, which also leads the message), 503 when the queue is full or
+the decoding thread has stopped (and 404/405 for a wrong path or method).
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import difflib
+import logging
+import os
+import queue
+import re
+import threading
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from starlette.exceptions import HTTPException
+
+from mt.card import read_card
+from mt.config import DecodeConfig, RunConfig, ServeLimits
+from mt.evaluate import attention_maps
+from mt.model import Seq2Seq, count_parameters, decoder_self_mask
+from mt.rundir import checkpoint_path, load_run
+from mt.tokenizer import Tokenizer
+from mt.translate import translate_nbest
+
+log = logging.getLogger(__name__)
+PAGE = Path(__file__).parent / "static"
+_SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's lone \ud800 escapes: no UTF-8 text holds them
+
+
+class Refused(Exception):
+    """A request the server will not run: 413 for one over a limit ("limit": the limit's name), 422 for
+    a bad option ("option": the option's name)."""
+
+    def __init__(self, status: int, name: str, message: str):
+        super().__init__(message)
+        self.status, self.name = status, name
+
+
+class Overloaded(Exception):
+    """The queue is full or the decoding thread has stopped: 503."""
+
+
+Line = Annotated[StrictStr, Field(description="one line of source text")]
+
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    lines: list[Line]
+    beam: StrictInt | None = Field(None, ge=1, description="beam size; 1 = greedy; default: the run's")
+    n_best: StrictInt | None = Field(None, ge=1, description="hypotheses per line (<= beam)")
+    length_penalty: float | None = Field(None, ge=0, le=10, allow_inf_nan=False, description="GNMT alpha")
+
+
+class AttentionRequest(TranslateRequest):
+    index: StrictInt = Field(0, ge=0, description="which line's attention to return")
+
+
+@dataclasses.dataclass
+class Job:
+    kind: str                     # "translate" or "attention"
+    lines: list[str]
+    decode: DecodeConfig
+    future: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
+
+
+class Worker:
+    """The one thread that runs the model: takes queued jobs, merges the ones it can, answers each."""
+
+    def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, cfg: RunConfig, device: torch.device, limits: ServeLimits):
+        self.model, self.tokenizer, self.cfg, self.device, self.limits = model, tokenizer, cfg, device, limits
+        self.queue: queue.Queue[Job | None] = queue.Queue(maxsize=limits.max_queue)
+        self.thread = threading.Thread(target=self._loop, name="mt-decoder", daemon=True)
+        self.batches = 0  # decoding calls made, for /health
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            self.queue.put(None)
+            self.thread.join(timeout=30)
+
+    def submit(self, job: Job) -> concurrent.futures.Future:
+        if not self.thread.is_alive():
+            raise Overloaded("the decoding thread has stopped; restart mt serve")
+        try:
+            self.queue.put_nowait(job)
+        except queue.Full:
+            raise Overloaded(f"the queue is full ({self.limits.max_queue} requests waiting, mt serve "
+                             f"--max-queue); retry later") from None
+        return job.future
+
+    def compute(self, kind: str, lines: list[str], decode: DecodeConfig) -> list:
+        if kind == "attention":
+            return attention_maps(self.model, self.tokenizer, lines, decode, self.device)
+        return translate_nbest(self.model, self.tokenizer, lines, decode, self.device,
+                               max_source_pieces=self.cfg.data.max_len)
+
+    def _take(self) -> list[Job] | None:
+        """The jobs of the next round: all waiting ones up to max_batch_lines, after at most
+        max_wait_ms for more; None to stop."""
+        first = self.queue.get()
+        if first is None:
+            return None
+        jobs, n = [first], len(first.lines)
+        deadline = time.monotonic() + self.limits.max_wait_ms / 1000
+        while n < self.limits.max_batch_lines:
+            try:
+                job = self.queue.get(timeout=max(deadline - time.monotonic(), 0))
+            except queue.Empty:
+                break
+            if job is None:
+                self.queue.put(None)  # stop after this round
+                break
+            jobs.append(job)
+            n += len(job.lines)
+        return jobs
+
+    def _loop(self) -> None:
+        while (jobs := self._take()) is not None:
+            groups: dict[tuple, list[Job]] = {}
+            for job in jobs:  # attention batches are what the page shows: never merged
+                key = (job.kind, job.decode) if job.kind == "translate" else (id(job),)
+                groups.setdefault(key, []).append(job)
+            for group in groups.values():
+                self._answer(group)
+
+    def _answer(self, group: list[Job]) -> None:
+        try:
+            results = self.compute(group[0].kind, [line for job in group for line in job.lines], group[0].decode)
+            self.batches += 1
+        except Exception as e:  # a bug: each waiting request gets a 500, the server goes on
+            log.exception("decoding failed")
+            for job in group:
+                job.future.set_exception(e)
+            return
+        start = 0
+        for job in group:
+            job.future.set_result(results[start: start + len(job.lines)])
+            start += len(job.lines)
+
+
+def checked_lines(lines: list[str], limits: ServeLimits) -> list[str]:
+    """The request's lines within the limits; lone surrogates become U+FFFD, as invalid UTF-8 does in
+    `mt translate`."""
+    if len(lines) > limits.max_lines:
+        raise Refused(413, "max_lines", f"the request has {len(lines)} lines, more than max_lines="
+                            f"{limits.max_lines} (mt serve --max-lines); send them in several requests")
+    for i, line in enumerate(lines):
+        if len(line) > limits.max_line_chars:
+            raise Refused(413, "max_line_chars", f"lines[{i}] has {len(line)} characters, more than max_line_chars="
+                                f"{limits.max_line_chars} (mt serve --max-line-chars); split the line")
+    return [_SURROGATE.sub("\ufffd", line) for line in lines]
+
+
+def decoding(default: DecodeConfig, req: TranslateRequest, limits: ServeLimits) -> DecodeConfig:
+    """The run's decode config with the request's options; a conflict is a 422 naming the option."""
+    given = {k: v for k, v in (("beam", req.beam), ("n_best", req.n_best), ("length_penalty", req.length_penalty))
+             if v is not None}
+    decode = dataclasses.replace(default, **given)
+    if decode.beam > limits.max_beam:
+        raise Refused(422, "beam", f"beam: {decode.beam} is more than max_beam={limits.max_beam} (mt serve --max-beam)")
+    if decode.n_best > decode.beam:
+        beam = f"beam {decode.beam}" if req.beam is not None else f"the run's beam ({decode.beam})"
+        raise Refused(422, "n_best", f"n_best: {decode.n_best} is more than {beam}: beam search keeps only "
+                      f"that many hypotheses; send beam {decode.n_best} or more")
+    return decode
+
+
+def validation_error(errors: list[dict], fields: list[str], content_type: str) -> tuple[str, str]:
+    """The option pydantic's first error is about, and the errors as one line led by its name."""
+    def one(e: dict) -> str:
+        loc = [str(p) for p in e["loc"] if p != "body"]
+        name = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc).lstrip(".") or "body"
+        if e["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(name, fields, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; the options are {', '.join(fields)}"
+            return f"{name}: unknown option{hint}"
+        if e["type"] == "json_invalid":
+            return f"body: not valid JSON ({e.get('ctx', {}).get('error', e['msg'])})"
+        if name == "body" and "json" not in content_type:
+            return f"body: send a JSON object with Content-Type: application/json (got {content_type or 'none'})"
+        return f"{name}: {e['msg']}"
+    first = [str(p) for p in errors[0]["loc"] if p != "body"]
+    extra = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return (first[0] if first else "body"), one(errors[0]) + extra
+
+
+def attention_json(found, heads: int) -> dict:
+    """An AttentionMap as JSON: tokens, masks (True = may attend, the model's own), and the
+    probabilities per kind as [layer][head][query][key], to 4 decimals."""
+    T, S = len(found.target), len(found.source)
+    src_mask, tgt_mask = torch.tensor(found.source_mask), torch.tensor(found.target_mask)
+    masks = {"encoder": src_mask.expand(S, S), "cross": src_mask.expand(T, S),
+             "decoder": decoder_self_mask(T, tgt_mask[None])[0, 0]}        # (S, S), (T, S), (T, T)
+    rounded = lambda layers: [(w.double() * 1e4).round().div(1e4).tolist() for w in layers]  # noqa: E731
+    return {"translation": found.translation, "source": found.source, "target": found.target,
+            "predicted": found.predicted, "source_mask": found.source_mask, "target_mask": found.target_mask,
+            "heads": heads, "masks": {k: m.tolist() for k, m in masks.items()},
+            "encoder": rounded(found.encoder), "decoder": rounded(found.decoder), "cross": rounded(found.cross)}
+
+
+def card_summary(run_dir: Path) -> dict:
+    card = read_card(run_dir)
+    training = card.get("training", {})
+    return {"steps": training.get("steps"), "best_val_bleu": training.get("best_val_bleu"),
+            "stopped": training.get("stopped"), "parameters": card.get("parameters"),
+            "results": {k: {"bleu": r.get("bleu"), "chrf": r.get("chrf")} for k, r in card.get("results", {}).items()}}
+
+
+class BodyLimit:
+    """ASGI middleware: a body over `limit` bytes gets 413 before the app parses any of it (by its
+    Content-Length, or counted as it arrives when sent in chunks)."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        body, more = b"", True
+        while more and len(body) <= self.limit and (not declared.isdigit() or int(declared) <= self.limit):
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        if more or len(body) > self.limit:
+            error = Refused(413, "max_request_bytes", f"the request body is larger than max_request_bytes="
+                                  f"{self.limit} (mt serve --max-request-bytes); send fewer lines per request")
+            return await error_response(error)(scope, receive, send)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()  # e.g. the client's disconnect
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await self.app(scope, replay, send)
+
+
+def error_response(e: Exception) -> JSONResponse:
+    if isinstance(e, Refused):
+        return JSONResponse({"error": str(e), "limit" if e.status == 413 else "option": e.name}, status_code=e.status)
+    if isinstance(e, Overloaded):
+        return JSONResponse({"error": str(e)}, status_code=503, headers={"Retry-After": "1"})
+    return JSONResponse({"error": f"internal error ({type(e).__name__}); the server log has the traceback"},
+                        status_code=500)
+
+
+def server_info(run_dir: Path, cfg: RunConfig, model: Seq2Seq, checkpoint: Path, device: torch.device,
+                limits: ServeLimits) -> dict:
+    m = model.cfg
+    return {"name": cfg.name, "run": str(run_dir), "checkpoint": str(checkpoint), "device": str(device),
+            "model": {"layers": m.layers, "d_model": m.d_model, "heads": m.n_heads, "vocab_size": model.vocab_size,
+                      "parameters": count_parameters(model)},
+            "decode": {k: getattr(cfg.decode, k) for k in ("beam", "n_best", "length_penalty")},
+            "card": card_summary(run_dir), "limits": dataclasses.asdict(limits)}
+
+
+def translation_json(found: list[list[tuple[str, float]]], decode: DecodeConfig) -> dict:
+    return {"translations": [{"translation": hyps[0][0],
+                              "nbest": [{"translation": text, "score": round(score, 4)} for text, score in hyps]}
+                             for hyps in found],
+            "beam": decode.beam, "n_best": decode.n_best, "length_penalty": decode.length_penalty}
+
+
+def create_app(worker: Worker, info: dict) -> FastAPI:
+    """The HTTP API and the page, in front of a started `worker`."""
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        worker.stop()
+
+    app = FastAPI(title="mt", version="1", docs_url=None, redoc_url=None, lifespan=lifespan)  # docs need a CDN
+    app.state.worker = worker
+    app.add_middleware(BodyLimit, limit=worker.limits.max_request_bytes)
+    app.mount("/static", StaticFiles(directory=PAGE), name="static")
+    add_error_handlers(app)
+    add_routes(app, worker, info)
+    return app
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every error as {"error": one line, ...} (see the module's docstring)."""
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+        model = AttentionRequest if request.url.path == "/attention" else TranslateRequest
+        name, message = validation_error(e.errors(), list(model.model_fields), request.headers.get("content-type", ""))
+        return JSONResponse({"error": message, "option": name}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": f"{request.method} {request.url.path}: {e.detail}"}, status_code=e.status_code)
+
+    async def refused(request: Request, e: Exception) -> JSONResponse:
+        return error_response(e)
+
+    for kind in (Refused, Overloaded, Exception):
+        app.add_exception_handler(kind, refused)
+
+
+def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
+    async def run(kind: str, lines: list[str], decode: DecodeConfig) -> list:
+        return await asyncio.wrap_future(worker.submit(Job(kind, lines, decode)))
+
+    @app.post("/translate")
+    async def translate(req: TranslateRequest) -> dict:
+        """One result per line, in order: the best translation and the n-best list with scores."""
+        lines, decode = checked_lines(req.lines, worker.limits), decoding(worker.cfg.decode, req, worker.limits)
+        return translation_json(await run("translate", lines, decode) if lines else [], decode)
+
+    @app.post("/attention")
+    async def attention(req: AttentionRequest) -> dict:
+        """Encoder self-, decoder self- and cross-attention of line `index`'s 1-best translation, in a
+        teacher-forced pass over all the lines as one batch (so its padding shows)."""
+        lines, decode = checked_lines(req.lines, worker.limits), decoding(worker.cfg.decode, req, worker.limits)
+        if req.index >= len(lines):
+            raise Refused(422, "index", f"index: {req.index} is not a line of the request ({len(lines)} lines)")
+        found = await run("attention", lines, decode)
+        return attention_json(found[req.index], worker.model.cfg.n_heads)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        alive = worker.thread.is_alive()
+        return JSONResponse({"status": "ok" if alive else "decoding thread stopped", "queued": worker.queue.qsize(),
+                             "batches": worker.batches}, status_code=200 if alive else 503)
+
+    @app.get("/info")
+    async def server() -> dict:
+        return info
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(PAGE / "index.html")
+
+
+def check_port(host: str, port: int) -> None:
+    """Fail before the model loads when the address is taken."""
+    import socket
+
+    from mt.config import ConfigError
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as e:
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        raise ConfigError(f"{host}:{port}: cannot listen ({reason}); pick another --port or --host") from None
+
+
+def serve(run_dir: Path, checkpoint: str, host: str, port: int, device: torch.device, limits: ServeLimits,
+          overrides: list[str] = ()) -> None:
+    """Load the run, start the decoding thread, serve until Ctrl-C. `overrides` (decode.beam=5, ...)
+    set the decoding options of requests that do not name them."""
+    import uvicorn
+
+    check_port(host, port)
+    cfg, tokenizer, model = load_run(run_dir, checkpoint, overrides)
+    model = model.to(device)
+    worker = Worker(model, tokenizer, cfg, device, limits)
+    worker.start()
+    info = server_info(run_dir, cfg, model, checkpoint_path(run_dir, checkpoint), device, limits)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s: anyone who can reach this machine can use it (mt serve has no authentication)",
+                    host)
+    log.info("serving %s (%s) on http://%s:%d/", run_dir, info["checkpoint"], host, port)
+    uvicorn.run(app=create_app(worker, info), host=host, port=port, log_level="warning")
