@@ -13,7 +13,7 @@ RUNS ?=
 CONFIGS ?=
 REPORT ?= runs/report.md
 
-.PHONY: install train evaluate translate report compare test test-fast clean
+.PHONY: install train evaluate translate serve report compare test test-fast clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,11 @@ evaluate: install
 
 translate: install
 	@$(BIN)/mt translate --run $(RUN)
+
+# the HTTP API and the attention explorer on http://127.0.0.1:8000/ (PORT=...)
+PORT ?= 8000
+serve: install
+	$(BIN)/mt serve --run $(RUN) --port $(PORT)
 
 # make report RUNS="runs/a runs/b": the first run is the baseline
 report: install

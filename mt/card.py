@@ -83,6 +83,15 @@ def read_card(run_dir: str | Path) -> dict:
     return card
 
 
+def card_summary(run_dir: str | Path) -> dict:
+    """What `mt serve` shows of a run: its training in brief and the BLEU/chrF of each evaluation."""
+    card = read_card(run_dir)
+    training = card.get("training", {})
+    return {"steps": training.get("steps"), "best_val_bleu": training.get("best_val_bleu"),
+            "stopped": training.get("stopped"), "parameters": card.get("parameters"),
+            "results": {k: {"bleu": r.get("bleu"), "chrf": r.get("chrf")} for k, r in card.get("results", {}).items()}}
+
+
 def update_card(run_dir: str | Path, **sections) -> dict:
     """Replace the given top-level sections of DIR/card.json (created if missing), atomically."""
     path = Path(run_dir) / "card.json"

@@ -204,7 +204,7 @@ LIMIT_HELP = {"max_request_bytes": "request body size", "max_lines": "lines per 
               "max_line_chars": "characters per line", "max_beam": "largest beam a request may ask for",
               "max_queue": "requests waiting for the decoding thread",
               "max_batch_lines": "lines the decoding thread merges into one call",
-              "max_wait_ms": "how long it waits for more requests once the queue is empty"}
+              "max_wait_ms": "how long it waits for another request once the queue is empty (10x at most in all)"}
 
 
 def _serve_options(p: argparse.ArgumentParser) -> None:

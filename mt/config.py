@@ -112,7 +112,7 @@ class ServeLimits:
     max_beam: int = 16
     max_queue: int = 256          # requests waiting for the decoding thread; one more gets 503
     max_batch_lines: int = 2048   # lines the worker merges into one decoding call
-    max_wait_ms: float = 5.0      # how long it waits for more requests once the queue is empty
+    max_wait_ms: float = 5.0      # how long it waits for another request once the queue is empty (10x in all)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """`mt serve`: one loaded model behind HTTP (FastAPI on uvicorn), and the attention explorer page.
 
-The event loop only parses, checks and answers requests; one decoding thread owns the model. It takes
-every request waiting (waiting at most `max_wait_ms` for more once the queue is empty), merges those
-with the same decoding options into one call of `translate_nbest`, which sorts their lines into
-token-budget batches, and hands each request its own lines' results back, in order. So many small
-requests are decoded as `mt translate` decodes one file. Lines go through the same code as there:
-control characters (a newline too) become spaces, an empty line gives an empty translation, a line
-longer than the model takes is translated in parts.
+The event loop (uvicorn, in a thread of its own) only parses, checks and answers requests; one
+decoding thread (the main one) owns the model. It takes every waiting request, and those that keep
+coming less than `max_wait_ms` apart, merges the ones with the same decoding options into one call
+of `translate_nbest` (which sorts their lines into token-budget batches, as `mt translate` does a
+file) and hands each request its own lines' results back, in order. Lines go through the same code
+as there: control characters (a newline too) become spaces, an empty line gives an empty
+translation, a line longer than the model takes is translated in parts.
 
 Every error is JSON {"error": one line, ...}: 413 for a request over a limit ("limit": its name), 422
 for a bad option ("option": its name, which also leads the message), 503 when the queue is full or
@@ -26,7 +26,6 @@ import threading
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated
 
 import torch
 from fastapi import FastAPI, Request
@@ -36,7 +35,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
-from mt.card import read_card
+from mt.card import card_summary
 from mt.config import DecodeConfig, RunConfig, ServeLimits
 from mt.evaluate import attention_maps
 from mt.model import Seq2Seq, count_parameters, decoder_self_mask
@@ -58,16 +57,13 @@ class Refused(Exception):
         self.status, self.name = status, name
 
 
-class Overloaded(Exception):
-    """The queue is full or the decoding thread has stopped: 503."""
-
-
-Line = Annotated[StrictStr, Field(description="one line of source text")]
+class Overloaded(Exception):  # the queue is full or the decoding thread has stopped: 503
+    pass
 
 
 class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    lines: list[Line]
+    lines: list[StrictStr]
     beam: StrictInt | None = Field(None, ge=1, description="beam size; 1 = greedy; default: the run's")
     n_best: StrictInt | None = Field(None, ge=1, description="hypotheses per line (<= beam)")
     length_penalty: float | None = Field(None, ge=0, le=10, allow_inf_nan=False, description="GNMT alpha")
@@ -86,49 +82,59 @@ class Job:
 
 
 class Worker:
-    """The one thread that runs the model: takes queued jobs, merges the ones it can, answers each."""
+    """The one thread that runs the model: takes queued jobs, merges the ones it can, answers each.
+
+    `mt serve` runs it in the main thread (`run`), which also loaded the model: torch's CPU thread
+    pool then serves one thread only (decoding in a second thread beside a main thread that has used
+    torch measured about half as fast here). Tests start it in a thread of its own (`start`)."""
 
     def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, cfg: RunConfig, device: torch.device, limits: ServeLimits):
         self.model, self.tokenizer, self.cfg, self.device, self.limits = model, tokenizer, cfg, device, limits
-        self.queue: queue.Queue[Job | None] = queue.Queue(maxsize=limits.max_queue)
-        self.thread = threading.Thread(target=self._loop, name="mt-decoder", daemon=True)
+        self.queue: queue.Queue[Job | None] = queue.Queue()  # unbounded: `submit` keeps to max_queue, `stop` never waits
+        self.running = threading.Event()
         self.batches = 0  # decoding calls made, for /health
 
-    def start(self) -> None:
-        self.thread.start()
+    def start(self) -> None:  # running at once: a request may come before the thread gets going
+        self.running.set()
+        threading.Thread(target=self.run, name="mt-decoder", daemon=True).start()
 
     def stop(self) -> None:
-        if self.thread.is_alive():
+        """Ask `run` to return after the round it is in (returns at once)."""
+        if self.running.is_set():
             self.queue.put(None)
-            self.thread.join(timeout=30)
 
     def submit(self, job: Job) -> concurrent.futures.Future:
-        if not self.thread.is_alive():
+        if not self.running.is_set():
             raise Overloaded("the decoding thread has stopped; restart mt serve")
-        try:
-            self.queue.put_nowait(job)
-        except queue.Full:
+        if self.queue.qsize() >= self.limits.max_queue:  # one event loop submits: no race with another put
             raise Overloaded(f"the queue is full ({self.limits.max_queue} requests waiting, mt serve "
-                             f"--max-queue); retry later") from None
+                             f"--max-queue); retry later")
+        self.queue.put(job)
         return job.future
 
     def compute(self, kind: str, lines: list[str], decode: DecodeConfig) -> list:
-        if kind == "attention":
-            return attention_maps(self.model, self.tokenizer, lines, decode, self.device)
+        if kind == "attention":  # as JSON here: torch stays in this thread
+            found = attention_maps(self.model, self.tokenizer, lines, decode, self.device)
+            return [attention_json(a, self.model.cfg.n_heads) for a in found]
         return translate_nbest(self.model, self.tokenizer, lines, decode, self.device,
                                max_source_pieces=self.cfg.data.max_len)
 
     def _take(self) -> list[Job] | None:
-        """The jobs of the next round: all waiting ones up to max_batch_lines, after at most
-        max_wait_ms for more; None to stop."""
+        """The jobs of the next round, up to max_batch_lines: all waiting ones, and those that come
+        less than max_wait_ms apart (10 * max_wait_ms at most in all); None to stop.
+
+        Waiting for a gap rather than a fixed time lets requests that answered clients send at once
+        join the round while the event loop is still taking them in. (Waiting longer, for as many as
+        the last round answered, made fuller rounds but no more sentences/s: the decoder idled.)"""
         first = self.queue.get()
         if first is None:
             return None
         jobs, n = [first], len(first.lines)
-        deadline = time.monotonic() + self.limits.max_wait_ms / 1000
+        gap = self.limits.max_wait_ms / 1000
+        last_call = time.monotonic() + 10 * gap
         while n < self.limits.max_batch_lines:
             try:
-                job = self.queue.get(timeout=max(deadline - time.monotonic(), 0))
+                job = self.queue.get(timeout=max(min(gap, last_call - time.monotonic()), 0))
             except queue.Empty:
                 break
             if job is None:
@@ -138,14 +144,23 @@ class Worker:
             n += len(job.lines)
         return jobs
 
-    def _loop(self) -> None:
-        while (jobs := self._take()) is not None:
-            groups: dict[tuple, list[Job]] = {}
-            for job in jobs:  # attention batches are what the page shows: never merged
-                key = (job.kind, job.decode) if job.kind == "translate" else (id(job),)
-                groups.setdefault(key, []).append(job)
-            for group in groups.values():
-                self._answer(group)
+    def run(self) -> None:
+        """Decode until `stop`."""
+        self.running.set()
+        try:
+            while (jobs := self._take()) is not None:
+                groups: dict[tuple, list[Job]] = {}
+                for job in jobs:  # attention batches are what the page shows: never merged
+                    key = (job.kind, job.decode) if job.kind == "translate" else (id(job),)
+                    groups.setdefault(key, []).append(job)
+                for group in groups.values():
+                    self._answer(group)
+        finally:
+            self.running.clear()
+            while not self.queue.empty():  # nobody will decode these: answer them rather than leave them hanging
+                job = self.queue.get()
+                if job is not None:
+                    job.future.set_exception(Overloaded("mt serve is stopping"))
 
     def _answer(self, group: list[Job]) -> None:
         try:
@@ -167,19 +182,18 @@ def checked_lines(lines: list[str], limits: ServeLimits) -> list[str]:
     `mt translate`."""
     if len(lines) > limits.max_lines:
         raise Refused(413, "max_lines", f"the request has {len(lines)} lines, more than max_lines="
-                            f"{limits.max_lines} (mt serve --max-lines); send them in several requests")
+                      f"{limits.max_lines} (mt serve --max-lines); send them in several requests")
     for i, line in enumerate(lines):
         if len(line) > limits.max_line_chars:
             raise Refused(413, "max_line_chars", f"lines[{i}] has {len(line)} characters, more than max_line_chars="
-                                f"{limits.max_line_chars} (mt serve --max-line-chars); split the line")
+                          f"{limits.max_line_chars} (mt serve --max-line-chars); split the line")
     return [_SURROGATE.sub("\ufffd", line) for line in lines]
 
 
 def decoding(default: DecodeConfig, req: TranslateRequest, limits: ServeLimits) -> DecodeConfig:
     """The run's decode config with the request's options; a conflict is a 422 naming the option."""
-    given = {k: v for k, v in (("beam", req.beam), ("n_best", req.n_best), ("length_penalty", req.length_penalty))
-             if v is not None}
-    decode = dataclasses.replace(default, **given)
+    options = {"beam": req.beam, "n_best": req.n_best, "length_penalty": req.length_penalty}
+    decode = dataclasses.replace(default, **{k: v for k, v in options.items() if v is not None})
     if decode.beam > limits.max_beam:
         raise Refused(422, "beam", f"beam: {decode.beam} is more than max_beam={limits.max_beam} (mt serve --max-beam)")
     if decode.n_best > decode.beam:
@@ -222,14 +236,6 @@ def attention_json(found, heads: int) -> dict:
             "encoder": rounded(found.encoder), "decoder": rounded(found.decoder), "cross": rounded(found.cross)}
 
 
-def card_summary(run_dir: Path) -> dict:
-    card = read_card(run_dir)
-    training = card.get("training", {})
-    return {"steps": training.get("steps"), "best_val_bleu": training.get("best_val_bleu"),
-            "stopped": training.get("stopped"), "parameters": card.get("parameters"),
-            "results": {k: {"bleu": r.get("bleu"), "chrf": r.get("chrf")} for k, r in card.get("results", {}).items()}}
-
-
 class BodyLimit:
     """ASGI middleware: a body over `limit` bytes gets 413 before the app parses any of it (by its
     Content-Length, or counted as it arrives when sent in chunks)."""
@@ -247,20 +253,16 @@ class BodyLimit:
             body, more = body + message.get("body", b""), message.get("more_body", False)
         if more or len(body) > self.limit:
             error = Refused(413, "max_request_bytes", f"the request body is larger than max_request_bytes="
-                                  f"{self.limit} (mt serve --max-request-bytes); send fewer lines per request")
+                            f"{self.limit} (mt serve --max-request-bytes); send fewer lines per request")
             return await error_response(error)(scope, receive, send)
-        replayed = False
+        unread = [{"type": "http.request", "body": body, "more_body": False}]
 
         async def replay():
-            nonlocal replayed
-            if replayed:
-                return await receive()  # e.g. the client's disconnect
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
+            return unread.pop() if unread else await receive()  # after the body: e.g. the client's disconnect
         await self.app(scope, replay, send)
 
 
-def error_response(e: Exception) -> JSONResponse:
+def error_response(e: Exception) -> JSONResponse:  # Refused, Overloaded, or a bug
     if isinstance(e, Refused):
         return JSONResponse({"error": str(e), "limit" if e.status == 413 else "option": e.name}, status_code=e.status)
     if isinstance(e, Overloaded):
@@ -338,12 +340,11 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
         lines, decode = checked_lines(req.lines, worker.limits), decoding(worker.cfg.decode, req, worker.limits)
         if req.index >= len(lines):
             raise Refused(422, "index", f"index: {req.index} is not a line of the request ({len(lines)} lines)")
-        found = await run("attention", lines, decode)
-        return attention_json(found[req.index], worker.model.cfg.n_heads)
+        return (await run("attention", lines, decode))[req.index]
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        alive = worker.thread.is_alive()
+        alive = worker.running.is_set()
         return JSONResponse({"status": "ok" if alive else "decoding thread stopped", "queued": worker.queue.qsize(),
                              "batches": worker.batches}, status_code=200 if alive else 503)
 
@@ -371,18 +372,25 @@ def check_port(host: str, port: int) -> None:
 
 def serve(run_dir: Path, checkpoint: str, host: str, port: int, device: torch.device, limits: ServeLimits,
           overrides: list[str] = ()) -> None:
-    """Load the run, start the decoding thread, serve until Ctrl-C. `overrides` (decode.beam=5, ...)
-    set the decoding options of requests that do not name them."""
+    """Load the run and serve it until Ctrl-C: HTTP in a thread, decoding in this one. `overrides`
+    (decode.beam=5, ...) set the decoding options of requests that do not name them."""
     import uvicorn
 
     check_port(host, port)
     cfg, tokenizer, model = load_run(run_dir, checkpoint, overrides)
     model = model.to(device)
     worker = Worker(model, tokenizer, cfg, device, limits)
-    worker.start()
     info = server_info(run_dir, cfg, model, checkpoint_path(run_dir, checkpoint), device, limits)
+    http = uvicorn.Server(uvicorn.Config(create_app(worker, info), host=host, port=port, log_level="warning"))
+    worker.running.set()  # requests are taken from the first one on; `run` below answers them
+    threading.Thread(target=lambda: (http.run(), worker.stop()), name="mt-http", daemon=True).start()
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s: anyone who can reach this machine can use it (mt serve has no authentication)",
                     host)
-    log.info("serving %s (%s) on http://%s:%d/", run_dir, info["checkpoint"], host, port)
-    uvicorn.run(app=create_app(worker, info), host=host, port=port, log_level="warning")
+    log.info("serving %s (%s) on http://%s:%d/ ; Ctrl-C stops", run_dir, info["checkpoint"], host, port)
+    try:
+        worker.run()
+    except KeyboardInterrupt:
+        log.info("stopped by Ctrl-C")
+    finally:
+        http.should_exit = True
