@@ -75,9 +75,10 @@ class AttentionRequest(TranslateRequest):
 
 @dataclasses.dataclass
 class Job:
-    kind: str                     # "translate" or "attention"
+    kind: str                     # "translate" or "attention" (of lines[index], in a batch of all)
     lines: list[str]
     decode: DecodeConfig
+    index: int = 0
     future: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
 
 
@@ -112,10 +113,10 @@ class Worker:
         self.queue.put(job)
         return job.future
 
-    def compute(self, kind: str, lines: list[str], decode: DecodeConfig) -> list:
-        if kind == "attention":  # as JSON here: torch stays in this thread
+    def compute(self, kind: str, lines: list[str], decode: DecodeConfig, index: int = 0) -> list:
+        if kind == "attention":  # [line index's], as JSON here: torch stays in this thread
             found = attention_maps(self.model, self.tokenizer, lines, decode, self.device)
-            return [attention_json(a, self.model.cfg.n_heads) for a in found]
+            return [attention_json(found[index], self.model.cfg.n_heads)]
         return translate_nbest(self.model, self.tokenizer, lines, decode, self.device,
                                max_source_pieces=self.cfg.data.max_len)
 
@@ -142,7 +143,8 @@ class Worker:
                 break
             jobs.append(job)
             n += len(job.lines)
-        return jobs
+        # a request whose client went away was cancelled: skip it; the others can no longer be cancelled
+        return [job for job in jobs if job.future.set_running_or_notify_cancel()]
 
     def run(self) -> None:
         """Decode until `stop`."""
@@ -159,12 +161,13 @@ class Worker:
             self.running.clear()
             while not self.queue.empty():  # nobody will decode these: answer them rather than leave them hanging
                 job = self.queue.get()
-                if job is not None:
+                if job is not None and job.future.set_running_or_notify_cancel():
                     job.future.set_exception(Overloaded("mt serve is stopping"))
 
     def _answer(self, group: list[Job]) -> None:
         try:
-            results = self.compute(group[0].kind, [line for job in group for line in job.lines], group[0].decode)
+            lines = [line for job in group for line in job.lines]
+            results = self.compute(group[0].kind, lines, group[0].decode, group[0].index)
             self.batches += 1
         except Exception as e:  # a bug: each waiting request gets a 500, the server goes on
             log.exception("decoding failed")
@@ -216,10 +219,10 @@ def validation_error(errors: list[dict], fields: list[str], content_type: str) -
             return f"body: not valid JSON ({e.get('ctx', {}).get('error', e['msg'])})"
         if name == "body" and "json" not in content_type:
             return f"body: send a JSON object with Content-Type: application/json (got {content_type or 'none'})"
-        return f"{name}: {e['msg']}"
+        return f"{name}: {e['msg']}" if name != "body" else 'body: send a JSON object, e.g. {"lines": ["Ein Hund."]}'
     first = [str(p) for p in errors[0]["loc"] if p != "body"]
     extra = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return (first[0] if first else "body"), one(errors[0]) + extra
+    return (first[0] if first and errors[0]["type"] != "json_invalid" else "body"), one(errors[0]) + extra
 
 
 def attention_json(found, heads: int) -> dict:
@@ -324,8 +327,8 @@ def add_error_handlers(app: FastAPI) -> None:
 
 
 def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
-    async def run(kind: str, lines: list[str], decode: DecodeConfig) -> list:
-        return await asyncio.wrap_future(worker.submit(Job(kind, lines, decode)))
+    async def run(kind: str, lines: list[str], decode: DecodeConfig, index: int = 0) -> list:
+        return await asyncio.wrap_future(worker.submit(Job(kind, lines, decode, index)))
 
     @app.post("/translate")
     async def translate(req: TranslateRequest) -> dict:
@@ -340,7 +343,7 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
         lines, decode = checked_lines(req.lines, worker.limits), decoding(worker.cfg.decode, req, worker.limits)
         if req.index >= len(lines):
             raise Refused(422, "index", f"index: {req.index} is not a line of the request ({len(lines)} lines)")
-        return (await run("attention", lines, decode))[req.index]
+        return (await run("attention", lines, decode, req.index))[0]
 
     @app.get("/health")
     async def health() -> JSONResponse:

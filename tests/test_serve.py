@@ -112,6 +112,17 @@ def test_requests_with_other_options_are_decoded_apart(served):
     assert worker.batches == 2
 
 
+def test_a_request_whose_client_went_away_is_skipped_and_the_worker_goes_on(served):
+    worker = make_worker(served)
+    gone, kept = (Job("translate", [line], served[1].decode) for line in ("a", "b"))
+    worker.queue.put(gone), worker.queue.put(kept)
+    assert gone.future.cancel()  # what asyncio does to it when the client disconnects
+    worker.start()
+    assert kept.future.result(timeout=60) == expected(served, ["b"])
+    assert worker.running.is_set() and worker.batches == 1
+    worker.stop()
+
+
 def test_a_full_queue_is_503_not_a_hang(served):
     worker = make_worker(served, max_queue=2)
     release = threading.Event()
@@ -166,7 +177,7 @@ LIMITS = [  # (body, status, error, name): every refusal, with the limits of the
     ({"lines": "a"}, 422, "lines: Input should be a valid list", ("option", "lines")),
     ({"lines": ["a", 7]}, 422, "lines[1]: Input should be a valid string", ("option", "lines")),
     ({}, 422, "lines: Field required", ("option", "lines")),
-    ([], 422, "body: Input should be a valid dictionary or object to extract fields from", ("option", "body")),
+    ([], 422, 'body: send a JSON object, e.g. {"lines": ["Ein Hund."]}', ("option", "body")),
 ]
 
 
@@ -179,7 +190,7 @@ def test_every_refusal_is_one_json_line_naming_the_limit_or_option(client, body,
 def test_refusals_of_the_body_itself(client):
     post = lambda content, kind="application/json": client.post(  # noqa: E731
         "/translate", content=content, headers={"Content-Type": kind})
-    assert post(b'{"lines": [').json()["error"] == "body: not valid JSON (Expecting value)"
+    assert post(b'{"lines": [').json() == {"error": "body: not valid JSON (Expecting value)", "option": "body"}
     assert post(b'{"lines": ["a"], "length_penalty": NaN}').json()["error"] == \
         "length_penalty: Input should be a finite number"
     assert post(b'{"lines": ["a"]}', "text/plain").json()["error"] == \
@@ -228,3 +239,32 @@ def test_serve_refuses_a_taken_port_in_one_line(served, capsys):
         assert main(["serve", "--run", str(served[0]), "--port", str(port)]) == 2
     assert capsys.readouterr().err == (f"mt: error: 127.0.0.1:{port}: cannot listen (Address already in use); "
                                        "pick another --port or --host\n")
+
+
+def test_mt_serve_answers_over_loopback_and_stops_on_ctrl_c(served):
+    """The command itself: uvicorn in a thread, decoding in the main one; SIGINT ends it with code 0."""
+    import http.client
+    import signal
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "mt", "serve", "--run", str(served[0]), "--port", str(port),
+                               "--device", "cpu"], stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # not ignored, as under `&`
+    try:
+        for _ in range(600):
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn.request("POST", "/translate", json.dumps({"lines": ODD[:2]}), {"Content-Type": "application/json"})
+                answer = json.loads(conn.getresponse().read())
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert [t["translation"] for t in answer["translations"]] == [hyps[0][0] for hyps in expected(served, ODD[:2])]
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=30)
+    assert server.returncode == 0 and err.splitlines()[-1].endswith("INFO mt.serve: stopped by Ctrl-C")
