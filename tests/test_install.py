@@ -1,5 +1,5 @@
-"""`pip install .` (not editable) gives a working mt: the corpus manifest travels as package data,
-and downloads go to a cache folder instead of the (absent) source tree."""
+"""`pip install .` (not editable) gives a working mt: the corpus manifest and `mt serve`'s page travel
+as package data, and downloads go to a cache folder instead of the (absent) source tree."""
 import os
 import shutil
 import subprocess
@@ -28,3 +28,4 @@ def test_a_non_editable_install_finds_its_manifest(tmp_path):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [str(site / "mt" / "__init__.py"), "6", str(tmp_path / "cache" / "mt")]
+    assert sorted(p.name for p in (site / "mt" / "static").iterdir()) == ["app.js", "index.html", "style.css"]  # mt serve's page
