@@ -1,5 +1,6 @@
-"""`mt train | translate | evaluate | report | average | attention | serve`: the command line, the only module that knows
-every other one. It imports torch only inside the commands, so `mt --help` and `mt --version` are quick.
+"""`mt train | translate | evaluate | report | average | attention | serve`: the command line, the only
+module that knows every other one. It imports torch only inside the commands, so `mt --help` and
+`mt --version` are quick.
 
 User-fixable problems (ConfigError, DataError) print one line and exit with code 2; `--debug` shows
 the traceback instead. Every command that writes a file says where.

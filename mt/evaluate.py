@@ -104,6 +104,7 @@ def attention_maps(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: 
     else:
         hyps = [h[0].tokens for h in beam_search(model, src, src_mask, cfg.beam, cfg.max_len_a, cfg.max_len_b,
                                                   cfg.length_penalty, 1)]
+    hyps = [hyp if source else [] for source, hyp in zip(ids, hyps)]  # as translate: empty in, empty out
     batch = make_batch(ids, hyps)
     found = model.attention(src, src_mask, batch.tgt_in.to(device), batch.tgt_mask.to(device))
     piece = lambda seq: [tokenizer.sp.id_to_piece(i) if i != PAD else "<pad>" for i in seq.tolist()]  # noqa: E731

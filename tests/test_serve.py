@@ -229,6 +229,8 @@ def test_attention_shows_the_batch_padding_and_the_masks(client, served):
             assert (len(head), len(head[0])) == (rows, cols)
             assert all((p == 0) == (not m) for row, mrow in zip(head, mask) for p, m in zip(row, mrow)), kind
             assert all(abs(sum(row) - 1) < 1e-3 for row in head)
+    empty = client.post("/attention", json={"lines": lines + [""], "index": 2}).json()
+    assert (empty["translation"], empty["target"][:2], empty["predicted"][0]) == ("", ["<s>", "<pad>"], "</s>")
     response = client.post("/attention", json={"lines": lines, "index": 2})
     assert response.json() == {"error": "index: 2 is not a line of the request (2 lines)", "option": "index"}
 
