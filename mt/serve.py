@@ -22,6 +22,7 @@ import logging
 import os
 import queue
 import re
+import socket
 import threading
 import time
 from contextlib import asynccontextmanager
@@ -36,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
 from mt.card import card_summary
-from mt.config import DecodeConfig, RunConfig, ServeLimits
+from mt.config import ConfigError, DecodeConfig, RunConfig, ServeLimits
 from mt.evaluate import attention_maps
 from mt.model import Seq2Seq, count_parameters, decoder_self_mask
 from mt.rundir import checkpoint_path, load_run
@@ -207,22 +208,22 @@ def decoding(default: DecodeConfig, req: TranslateRequest, limits: ServeLimits) 
 
 
 def validation_error(errors: list[dict], fields: list[str], content_type: str) -> tuple[str, str]:
-    """The option pydantic's first error is about, and the errors as one line led by its name."""
-    def one(e: dict) -> str:
-        loc = [str(p) for p in e["loc"] if p != "body"]
-        name = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc).lstrip(".") or "body"
-        if e["type"] == "extra_forbidden":
-            close = difflib.get_close_matches(name, fields, n=1)
-            hint = f"; did you mean {close[0]}?" if close else f"; the options are {', '.join(fields)}"
-            return f"{name}: unknown option{hint}"
-        if e["type"] == "json_invalid":
-            return f"body: not valid JSON ({e.get('ctx', {}).get('error', e['msg'])})"
-        if name == "body" and "json" not in content_type:
-            return f"body: send a JSON object with Content-Type: application/json (got {content_type or 'none'})"
-        return f"{name}: {e['msg']}" if name != "body" else 'body: send a JSON object, e.g. {"lines": ["Ein Hund."]}'
-    first = [str(p) for p in errors[0]["loc"] if p != "body"]
+    """The option pydantic's first error is about, and the errors as one line led by where it is."""
+    e = errors[0]
+    loc = [str(p) for p in e["loc"] if p != "body"] if e["type"] != "json_invalid" else []  # json: a position
+    where = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc).lstrip(".") or "body"
+    if e["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(where, fields, n=1)
+        message = f"{where}: unknown option" + (f"; did you mean {close[0]}?" if close else
+                                                 f"; the options are {', '.join(fields)}")
+    elif e["type"] == "json_invalid":
+        message = f"body: not valid JSON ({e.get('ctx', {}).get('error', e['msg'])})"
+    elif where == "body" and "json" not in content_type:
+        message = f"body: send a JSON object with Content-Type: application/json (got {content_type or 'none'})"
+    else:
+        message = f"{where}: {e['msg']}" if where != "body" else 'body: send a JSON object, e.g. {"lines": ["Ein Hund."]}'
     extra = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return (first[0] if first and errors[0]["type"] != "json_invalid" else "body"), one(errors[0]) + extra
+    return (loc[0] if loc else "body"), message + extra
 
 
 def attention_json(found, heads: int) -> dict:
@@ -250,15 +251,16 @@ class BodyLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length", b"0")
-        body, more = b"", True
+        body, more = bytearray(), True
         while more and len(body) <= self.limit and (not declared.isdigit() or int(declared) <= self.limit):
             message = await receive()
-            body, more = body + message.get("body", b""), message.get("more_body", False)
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
         if more or len(body) > self.limit:
             error = Refused(413, "max_request_bytes", f"the request body is larger than max_request_bytes="
                             f"{self.limit} (mt serve --max-request-bytes); send fewer lines per request")
             return await error_response(error)(scope, receive, send)
-        unread = [{"type": "http.request", "body": body, "more_body": False}]
+        unread = [{"type": "http.request", "body": bytes(body), "more_body": False}]
 
         async def replay():
             return unread.pop() if unread else await receive()  # after the body: e.g. the client's disconnect
@@ -362,9 +364,6 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
 
 def check_port(host: str, port: int) -> None:
     """Fail before the model loads when the address is taken."""
-    import socket
-
-    from mt.config import ConfigError
     try:
         with socket.create_server((host, port)):
             pass
@@ -380,10 +379,11 @@ def serve(run_dir: Path, checkpoint: str, host: str, port: int, device: torch.de
     import uvicorn
 
     check_port(host, port)
-    cfg, tokenizer, model = load_run(run_dir, checkpoint, overrides)
+    path = checkpoint_path(run_dir, checkpoint)  # once: "best" may warn that it falls back to last.pt
+    cfg, tokenizer, model = load_run(run_dir, str(path), overrides)
     model = model.to(device)
     worker = Worker(model, tokenizer, cfg, device, limits)
-    info = server_info(run_dir, cfg, model, checkpoint_path(run_dir, checkpoint), device, limits)
+    info = server_info(run_dir, cfg, model, path, device, limits)
     http = uvicorn.Server(uvicorn.Config(create_app(worker, info), host=host, port=port, log_level="warning"))
     worker.running.set()  # requests are taken from the first one on; `run` below answers them
     threading.Thread(target=lambda: (http.run(), worker.stop()), name="mt-http", daemon=True).start()
