@@ -16,10 +16,10 @@ import torch
 
 from mt.config import DataError, RunConfig, base_config, config_differences, config_to_dict
 from mt.files import write_text
+from mt.records import CARD, require
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 NOT_TRAINING = ("name", "base")  # keys that do not change what is trained or how it is scored
-SECTIONS = ("config", "code", "hardware", "training", "results")  # the card's parts that are JSON objects
 
 
 def config_hash(cfg: RunConfig) -> str:
@@ -67,8 +67,10 @@ def hardware(device: torch.device, processes: int = 1) -> dict:
 
 
 def read_card(run_dir: str | Path) -> dict:
-    """DIR/card.json ({} if there is none); a damaged one is a DataError (never overwritten)."""
+    """DIR/card.json ({} if there is none), checked against records.CARD; a damaged one is a one-line
+    DataError (and is never overwritten)."""
     path = Path(run_dir) / "card.json"
+    fix = f"restore it, or delete it and run `mt evaluate --run {path.parent}` to write a new one"
     try:
         card = json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
@@ -76,11 +78,8 @@ def read_card(run_dir: str | Path) -> dict:
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
     except (ValueError, RecursionError):  # not UTF-8 or not JSON
-        card = None
-    if not isinstance(card, dict) or any(not isinstance(card.get(k, {}), dict) for k in SECTIONS):
-        raise DataError(f"{path}: damaged (not the JSON object mt writes); restore it, or delete it and run "
-                        f"`mt evaluate --run {path.parent}` to write a new one")
-    return card
+        raise DataError(f"{path}: damaged (not JSON); {fix}") from None
+    return require(card, CARD, path, fix)
 
 
 def card_summary(run_dir: str | Path) -> dict:

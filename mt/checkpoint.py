@@ -14,10 +14,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import math
 import pickle
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -25,50 +23,17 @@ import torch
 from mt.config import ConfigError, RunConfig, apply_overrides, config_differences, config_from_dict, config_to_dict
 from mt.files import atomic_write
 from mt.model import Seq2Seq
+from mt.records import CHECKPOINT, Progress, problem
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-EMPTY_WINDOW = {"loss": 0.0, "nll": 0.0, "tgt": 0, "tokens": 0, "seconds": 0.0}
 # Keys a resumed run may change: they decide when to stop, log, save or validate, or how `mt translate`
 # decodes, never what is learned nor what best.pt means (train.valid_beam is not among them).
 RESUMABLE_KEYS = ("name", "base", "train.max_steps", "train.max_minutes", "train.patience", "train.valid_every",
                   "train.keep_last", "train.average_last",
                   "train.save_every", "train.log_every", "train.max_nonfinite", "train.threads",
                   "train.device", "train.dist_backend", "decode")
-
-@dataclass
-class Progress:
-    """Counters of the running training loop: all of it goes into every checkpoint."""
-    step: int = 0                # optimizer updates done
-    epoch: int = 0               # current epoch, from 1
-    batch_index: int = 0         # batches of the current epoch consumed so far
-    best_bleu: float = -1.0
-    best_chrf: float = -1.0      # chrF at the best-BLEU validation
-    best_step: int = 0
-    best_loss: float = math.inf  # val loss at the best validation (by train.best_metric)
-    bad_validations: int = 0     # validations in a row without a best_metric gain (train.patience)
-    validated_step: int = -1     # step of the latest validation
-    nonfinite_total: int = 0     # updates skipped for a non-finite loss or gradient
-    nonfinite_streak: int = 0
-    scaler_skips: int = 0        # fp16 updates the grad scaler skipped (overflow), not counted as steps
-    window: dict = field(default_factory=lambda: dict(EMPTY_WINDOW))  # sums since the last log line
-    tokens: int = 0              # source + target non-pad tokens trained on
-    train_seconds: float = 0.0   # inside optimizer updates only (for tokens/s)
-    elapsed_s: float = 0.0       # wall clock of the loop, validation included, summed over restarts
-
-
-    def record(self, result: dict, metric: str) -> bool:
-        """Whether a validation `result` is the best so far by `metric` (bleu: higher val_bleu; loss:
-        lower val_loss); keeps its scores if so, else counts a bad validation."""
-        better = result["val_bleu"] > self.best_bleu if metric == "bleu" else result["val_loss"] < self.best_loss
-        if better:
-            self.best_bleu, self.best_chrf, self.best_loss = result["val_bleu"], result["val_chrf"], result["val_loss"]
-            self.best_step, self.bad_validations = self.step, 0
-        else:
-            self.bad_validations += 1
-        return better
-
 
 def rng_state(device: torch.device) -> dict:
     """This process's random state: Python's, torch's CPU generator, and its own GPU's (not every
@@ -95,9 +60,6 @@ def save_checkpoint(path: Path, cfg: RunConfig, model: Seq2Seq, tokenizer: Token
             "progress": dataclasses.asdict(progress), "rng": rng_states}
     with atomic_write(path) as f:
         torch.save(ckpt, f)
-
-
-REQUIRED_KEYS = ("model", "config", "vocab_size")
 
 
 def keep_model(run_dir: Path, cfg: RunConfig, model: Seq2Seq, tokenizer: Tokenizer, progress: Progress,
@@ -156,14 +118,9 @@ def load_checkpoint(path: str | Path) -> dict:
                           f"run code; only load checkpoints written by mt") from None
     except Exception:  # noqa: BLE001 - truncated, damaged, a folder, or not a torch file at all
         raise ConfigError(f"{path}: damaged or not a checkpoint; delete it or train again") from None
-    if not isinstance(ckpt, dict) or any(k not in ckpt for k in REQUIRED_KEYS):
-        raise ConfigError(f"{path}: not an mt checkpoint (it lacks {', '.join(REQUIRED_KEYS)}); delete it "
-                          f"or train again")
-    weights = ckpt["model"]
-    if not (isinstance(ckpt["config"], dict) and type(ckpt["vocab_size"]) is int and ckpt["vocab_size"] > 0
-            and isinstance(weights, dict) and all(isinstance(v, torch.Tensor) for v in weights.values())):
-        raise ConfigError(f"{path}: damaged checkpoint (its config, vocabulary size or weights are not what mt "
-                          f"writes); delete it or train again")
+    found = problem(ckpt, CHECKPOINT)  # its metadata: every key mt reads, of the kind mt writes
+    if found:
+        raise ConfigError(f"{path}: damaged or not an mt checkpoint ({found}); delete it or train again")
     return ckpt
 
 

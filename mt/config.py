@@ -307,6 +307,16 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
         raise ConfigError(f"{where}: {e}") from None
 
 
+def read_saved_config(path: str | Path) -> RunConfig:
+    """A run's DIR/config.yaml, the resolved config `save_config` wrote: its `base:` only records where
+    the config came from, so it is not followed."""
+    raw = _read_yaml(Path(path))
+    try:
+        return config_from_dict(raw)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
 def base_config(cfg: RunConfig) -> RunConfig:
     """What `cfg` departs from: its `base:` config, else mt's defaults."""
     return load_config(cfg.base) if cfg.base else RunConfig()

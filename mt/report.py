@@ -14,12 +14,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from mt.card import read_card
-from mt.config import ConfigError, DataError, flatten
+from mt.config import ConfigError, DataError, config_to_dict, flatten, read_saved_config
 from mt.files import write_text
 from mt.rundir import read_metrics
 
@@ -33,6 +32,7 @@ class Run:
     path: Path
     card: dict
     metrics: list[dict]
+    config: dict       # DIR/config.yaml, flattened: {"train.lr": 0.001, ...}
     label: str = ""   # the folder name, or the whole path where two runs share a folder name
     setting: str = ""  # from RUN@SETTING: this row's evaluation instead of the report's --setting
 
@@ -53,38 +53,10 @@ class Run:
         return lines
 
 
-_NUMBER, _TEXT, _INT = (int, float), (str,), (int,)
-_KIND = {_NUMBER: "a number", _TEXT: "a string", _INT: "an integer"}
-CARD_FIELDS = {"config.name": _TEXT, "config.hash": _TEXT, "config.base": _TEXT, "parameters": _INT,
-               "training.steps": _INT, "training.epochs": _INT, "training.wall_s": _NUMBER,
-               "training.tokens_per_s": _NUMBER, "training.best_step": _INT, "training.best_val_bleu": _NUMBER,
-               "code.git_commit": _TEXT}  # what the report reads (None is allowed where the card may lack it)
-RESULT_FIELDS = {"bleu": _NUMBER, "chrf": _NUMBER, "bleu_lc": _NUMBER, "length_ratio": _NUMBER, "sentences": _INT,
-                 "refs_sha256": _TEXT, "bleu_signature": _TEXT, "chrf_signature": _TEXT, "hyp_file": _TEXT,
-                 "ref_file": _TEXT, "beam": _INT, "length_penalty": _NUMBER}
-REQUIRED_CARD = ("config.name", "config.hash", "config.base", "parameters")
-REQUIRED_RESULT = ("bleu", "chrf", "sentences", "refs_sha256", "bleu_signature", "chrf_signature", "hyp_file",
-                   "ref_file")
-
-
-def card_problem(card: dict, setting: str) -> str:
-    """What in a card the report cannot use ("" = nothing): a field of another type than mt writes."""
-    for key, types in CARD_FIELDS.items():
-        section, _, name = key.rpartition(".")
-        value = card.get(section, {}).get(name) if section else card.get(name)
-        if value is None and key in REQUIRED_CARD:
-            return f"it lacks {key}"
-        if value is not None and not isinstance(value, types):
-            return f"{key} is not {_KIND[types]}"
+def result_problem(card: dict, setting: str) -> str:
+    """What in a checked card (records.CARD) the report cannot use for `setting` ("" = nothing)."""
     result = card.get("results", {}).get(setting)
-    if result is None:
-        return ""
-    if not isinstance(result, dict) or any(result.get(k) is None for k in REQUIRED_RESULT):
-        return f"results.{setting} lacks what `mt evaluate` writes"
-    bad = [k for k, types in RESULT_FIELDS.items() if result.get(k) is not None and not isinstance(result[k], types)]
-    if bad:
-        return f"results.{setting}.{bad[0]} is not {_KIND[RESULT_FIELDS[bad[0]]]}"
-    if any(Path(result[k]).name != result[k] for k in ("hyp_file", "ref_file")):
+    if result is not None and any(Path(result[k]).name != result[k] for k in ("hyp_file", "ref_file")):
         return f"results.{setting} names files outside the run directory"
     return ""
 
@@ -102,11 +74,12 @@ def load_runs(paths: list[str | Path], setting: str = "test") -> list[Run]:
         card = read_card(path)
         if not card:
             raise ConfigError(f"{path}/card.json: not found; train the run (or run `mt evaluate --run {path}`) first")
-        problem = card_problem(card, own_setting or setting)
+        problem = result_problem(card, own_setting or setting)
         if problem:
             raise DataError(f"{path}/card.json: damaged ({problem}); restore it, or delete it and run `mt evaluate "
                             f"--run {path}` to write a new one")
-        runs.append(Run(path, card, read_metrics(path / "metrics.jsonl"), setting=own_setting))
+        config = flatten(config_to_dict(read_saved_config(path / "config.yaml")))
+        runs.append(Run(path, card, read_metrics(path / "metrics.jsonl"), config, setting=own_setting))
     if len({(r.path.resolve(), r.setting) for r in runs}) != len(runs):
         raise ConfigError("the same run directory is given twice (RUN@SETTING compares two of its evaluations)")
     folders = {r.path.resolve(): r.path.name for r in runs}
@@ -153,7 +126,7 @@ def paired_bootstrap(runs: list[Run], setting: str) -> list[dict]:
 
 def differing_keys(runs: list[Run]) -> dict[str, list]:
     """Config keys (key.path -> one value per run) whose values differ between the runs' config.yaml."""
-    flat = [flatten(yaml.safe_load((r.path / "config.yaml").read_text())) for r in runs]
+    flat = [r.config for r in runs]
     keys = [k for k in dict.fromkeys(k for f in flat for k in f) if k not in ("name", "base")]
     return {k: [f.get(k) for f in flat] for k in keys if any(f.get(k) != flat[0].get(k) for f in flat)}
 
@@ -242,6 +215,23 @@ def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: list[Run
     return out
 
 
+def curve_points(runs: list[Run]) -> list[tuple[str, dict[tuple[int, int], tuple[list, list]]]]:
+    """What `plot_curves` draws: per run (a run given twice, RUN@SETTING, once), its label and each
+    panel's (x, y) points; panel (row, col): row 0 training NLL, 1 val BLEU; col 0 steps, 1 minutes."""
+    latest = {r.path.resolve(): r for r in reversed(runs)}
+    points = []
+    for run in [r for r in runs if latest[r.path.resolve()] is r]:
+        logs = [r for r in run.metrics if "loss" in r]
+        vals = [r for r in run.metrics if "val_bleu" in r]
+        panels = {}
+        for col, x in enumerate(("step", "elapsed_s")):
+            scale = 1 if x == "step" else 1 / 60
+            panels[0, col] = [r[x] * scale for r in logs], [r["nll"] for r in logs]
+            panels[1, col] = [r[x] * scale for r in vals], [r["val_bleu"] for r in vals]
+        points.append((run.label, panels))
+    return points
+
+
 def plot_curves(runs: list[Run], path: Path):
     """Training NLL and val BLEU against steps and against wall time, all runs on each panel. The NLL,
     not the label-smoothed loss, so that runs with different smoothing share a scale."""
@@ -250,14 +240,9 @@ def plot_curves(runs: list[Run], path: Path):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    curves = {r.path.resolve(): r for r in reversed(runs)}  # a run given twice (RUN@SETTING) is drawn once
-    for run in [r for r in runs if curves[r.path.resolve()] is r]:
-        logs = [r for r in run.metrics if "loss" in r]
-        vals = [r for r in run.metrics if "val_bleu" in r]
-        for col, x in enumerate(("step", "elapsed_s")):
-            scale = 1 if x == "step" else 1 / 60
-            axes[0][col].plot([r[x] * scale for r in logs], [r["nll"] for r in logs], label=run.label)
-            axes[1][col].plot([r[x] * scale for r in vals], [r["val_bleu"] for r in vals], marker="o", label=run.label)
+    for label, panels in curve_points(runs):
+        for (row, col), (xs, ys) in panels.items():
+            axes[row][col].plot(xs, ys, label=label, marker="o" if row == 1 else None)
     for col, xlabel in enumerate(("step", "wall clock (minutes)")):
         axes[0][col].set(xlabel=xlabel, ylabel="training NLL (unsmoothed)")
         axes[1][col].set(xlabel=xlabel, ylabel="validation BLEU (beam train.valid_beam)")

@@ -16,7 +16,6 @@ checks everything and writes nothing; a damaged file is a one-line ConfigError o
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import hashlib
 import json
@@ -30,10 +29,11 @@ from typing import Callable, Iterator
 import torch
 
 from mt.card import read_card
-from mt.checkpoint import RESUMABLE_KEYS, Progress, build_model, load_checkpoint, set_rng_state, stored_config
+from mt.checkpoint import RESUMABLE_KEYS, build_model, load_checkpoint, set_rng_state, stored_config
 from mt.config import ConfigError, DataError, RunConfig, config_differences, config_to_dict, save_config
 from mt.files import write_text
 from mt.model import Seq2Seq
+from mt.records import RESUME_KEYS, Progress, metrics_row_problem
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -100,16 +100,9 @@ def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, 
     if not path.exists():
         return None
     ckpt = load_checkpoint(path)
-    if any(k not in ckpt for k in ("progress", "optimizer", "scaler", "rng")):
+    if any(k not in ckpt for k in RESUME_KEYS):
         raise ConfigError(f"{path}: written by an older mt without resume state; use another --run-dir "
                           f"or --force-new")
-    defaults = dataclasses.asdict(Progress())
-    counters = ckpt["progress"]
-    if not isinstance(counters, dict) or set(counters) - set(defaults) or not isinstance(ckpt["rng"], list) or any(
-            not isinstance(counters[k], type(v)) and not (type(v) is float and type(counters[k]) is int)
-            for k, v in defaults.items() if k in counters):
-        raise ConfigError(f"{path}: damaged training state (counters or random states are not what mt writes); "
-                          f"restore it, or use --force-new")
     stored = config_to_dict(stored_config(ckpt, path))
     diff = config_differences(stored, config_to_dict(cfg), ignore=RESUMABLE_KEYS)
     if diff:
@@ -149,22 +142,6 @@ def archive_previous(run_dir: Path) -> None:
     log.info("--force-new: moved the previous run's files to %s", dest)
 
 
-_NUMBERS = ("epoch", "loss", "nll", "lr", "tokens_per_s", "elapsed_s", "val_loss", "val_nll", "val_ppl", "val_bleu",
-            "val_chrf")
-_NEEDS = {"loss": ("nll", "elapsed_s", "tokens_per_s"), "val_bleu": ("elapsed_s",)}  # what report plots
-
-
-def _row_problem(row) -> str:
-    """Why a metrics.jsonl row is not one that mt writes ("" = it is)."""
-    if not isinstance(row, dict):
-        return "not a JSON object"
-    if type(row.get("step")) is not int or row["step"] < 0:
-        return "no step count"
-    needed = {k for key, more in _NEEDS.items() if key in row for k in more} | (set(_NUMBERS) & row.keys())
-    bad = sorted(k for k in needed if type(row.get(k)) not in (int, float))
-    return f"{bad[0]} is missing or not a number" if bad else ""
-
-
 def read_metrics(path: Path) -> list[dict]:
     """DIR/metrics.jsonl's rows ([] without the file); reads only. A last line cut short (no newline
     after it: a crash while writing) is left out with a warning; any other line that is not what mt
@@ -183,7 +160,7 @@ def read_metrics(path: Path) -> list[dict]:
             row = json.loads(raw.decode("utf-8"))
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             row = None
-        problem = _row_problem(row) if row is not None else "not JSON"
+        problem = metrics_row_problem(row) if row is not None else "not JSON"
         if problem and number == len(lines):
             log.warning("%s: line %d is incomplete (cut short while being written?); left out", path, number)
         elif problem:

@@ -9,7 +9,7 @@ import hashlib
 import io
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import sentencepiece as spm
 
@@ -68,12 +68,14 @@ class Tokenizer:
 def train_tokenizer(texts: Iterable[str] | Path, vocab_size: int, character_coverage: float = 1.0) -> Tokenizer:
     """Train a BPE model on `texts` (source and target lines together): lines in memory, or a file of
     one sentence a line that sentencepiece reads itself (all of it: sample before, see `corpus`)."""
-    source = {"input": str(texts), "input_sentence_size": 0} if isinstance(texts, Path) else \
-        {"sentence_iterator": iter(texts), "input_sentence_size": 2_000_000}
+    # a file is streamed to sentencepiece rather than named: the model would record its (temporary)
+    # path, and two trainings on the same lines would differ in their bytes and sha256
+    lines = _file_lines(texts) if isinstance(texts, Path) else iter(texts)
     proto = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            **source, model_writer=proto, model_type="bpe",
+            sentence_iterator=lines, input_sentence_size=0 if isinstance(texts, Path) else 2_000_000,
+            model_writer=proto, model_type="bpe",
             vocab_size=vocab_size, character_coverage=character_coverage,
             pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, shuffle_input_sentence=True,
             num_threads=2, minloglevel=2)
@@ -82,6 +84,12 @@ def train_tokenizer(texts: Iterable[str] | Path, vocab_size: int, character_cove
         hint = f"; set it to at most {limit.group(1)}" if limit else ""
         raise ConfigError(f"tokenizer.vocab_size: {vocab_size} is too large for this corpus{hint}") from None
     return Tokenizer(proto.getvalue())
+
+
+def _file_lines(path: Path) -> Iterator[str]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            yield line.rstrip("\n")
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:

@@ -34,7 +34,7 @@ from mt.corpus import BatchStream, Corpus
 from mt.data import Batch, load_split
 from mt.loss import autocast, batch_loss
 from mt.model import Seq2Seq, count_parameters
-from mt.checkpoint import EMPTY_WINDOW, Progress, save_checkpoint
+from mt.records import EMPTY_WINDOW, Progress
 from mt.rundir import MetricsLog
 from mt.tokenizer import Tokenizer
 from mt.validation import Validation, make_validation, validate
@@ -214,7 +214,7 @@ def save(s: Session, name: str) -> None:
     """Every rank calls this (its RNG state goes in); rank 0 writes."""
     rng = distributed.gather(checkpoint.rng_state(s.device), s.ranks)  # one per rank
     if s.ranks.main:
-        save_checkpoint(s.run_dir / name, s.cfg, s.model, s.tokenizer, s.optimizer, s.scaler, s.progress, rng)
+        checkpoint.save_checkpoint(s.run_dir / name, s.cfg, s.model, s.tokenizer, s.optimizer, s.scaler, s.progress, rng)
 
 
 def write_metrics(s: Session, record: dict) -> None:

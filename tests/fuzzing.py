@@ -299,7 +299,7 @@ def best_checkpoint(ws: Workspace, data: bytes) -> Outcome:
 def last_checkpoint(ws: Workspace, data: bytes) -> Outcome:
     """Resuming from a damaged last.pt: the checks of `mt train` on a run directory, then the restore."""
     import torch
-    from mt.config import load_config
+    from mt.config import read_saved_config
     from mt.model import Seq2Seq
     from mt.rundir import resume_checkpoint, restore
     run, _ = ws.fresh()
@@ -307,7 +307,7 @@ def last_checkpoint(ws: Workspace, data: bytes) -> Outcome:
     before = file_hashes(run)
 
     def resume():
-        cfg = load_config(run / "config.yaml")
+        cfg = read_saved_config(run / "config.yaml")
         found = resume_checkpoint(cfg, run, 1)
         if found:
             model = Seq2Seq(cfg.model, found[1].vocab_size)
@@ -335,14 +335,21 @@ def card_json(ws: Workspace, data: bytes) -> Outcome:
 
 def metrics_jsonl(ws: Workspace, data: bytes) -> Outcome:
     """`mt report` (and the resume checks) on a run with a damaged metrics.jsonl."""
-    from mt.config import load_config
+    from mt.config import read_saved_config
     from mt.rundir import resume_checkpoint
     run, tmp = ws.fresh()
     (run / "metrics.jsonl").write_bytes(data)
     outcome = run_cli(["report", str(run), "--out", str(tmp / "report.md"), "--setting", "test-beam2"], watch=run)
     if outcome.problem():
         return outcome
-    return run_reader(lambda: resume_checkpoint(load_config(run / "config.yaml"), run, 1))
+    return run_reader(lambda: resume_checkpoint(read_saved_config(run / "config.yaml"), run, 1))
+
+
+def run_config(ws: Workspace, data: bytes) -> Outcome:
+    """`mt report` on a run with a damaged config.yaml (the resolved config training saved)."""
+    run, tmp = ws.fresh()
+    (run / "config.yaml").write_bytes(data)
+    return run_cli(["report", str(run), "--out", str(tmp / "report.md"), "--setting", "test-beam2"], watch=run)
 
 
 def translate_file(ws: Workspace, data: bytes) -> Outcome:
@@ -394,7 +401,7 @@ def argv_bytes() -> bytes:
 
 READERS = {  # name -> (the valid bytes to damage (from a Workspace), the reader)
     "config": (lambda ws: ws.config.read_bytes(), config_file),
-    "config base": (lambda ws: ws.config.with_name("base.yaml").read_bytes(), base_config),
+    "config base": (lambda ws: base_yaml("corpus").encode(), base_config),  # not the machine's own path
     "corpus text": (lambda ws: (ws.corpus / "test.de").read_bytes(), corpus_text),
     "corpus gzip": (lambda ws: gzip.compress((ws.corpus / "test.en").read_bytes(), mtime=0), corpus_gzip),
     "training corpus": (lambda ws: gzip.compress((ws.corpus / "train.de").read_bytes(), mtime=0), training_corpus),
@@ -408,6 +415,7 @@ READERS = {  # name -> (the valid bytes to damage (from a Workspace), the reader
     "ckpt-*.pt": (lambda ws: sorted(ws.run.glob("ckpt-*.pt"))[-1].read_bytes(), kept_checkpoint),
     "card.json": (lambda ws: (ws.run / "card.json").read_bytes(), card_json),
     "metrics.jsonl": (lambda ws: (ws.run / "metrics.jsonl").read_bytes(), metrics_jsonl),
+    "config.yaml": (lambda ws: (ws.run / "config.yaml").read_bytes(), run_config),
     "translate file": (lambda ws: (ws.corpus / "val.de").read_bytes(), translate_file),
     "translate stdin": (lambda ws: (ws.corpus / "val.de").read_bytes(), translate_stdin),
     "command line": (lambda ws: argv_bytes(), command_line),
@@ -422,19 +430,168 @@ def _cache_meta(ws: Workspace) -> bytes:
     return (prepare(load_config(ws.config).data, load_tokenizer(ws.run / "spm.model")) / "meta.json").read_bytes()
 
 
+def base_yaml(corpus: str | Path) -> str:
+    return ("data:\n  corpus: files\n  dir: %s\n  max_len: 64\ntokenizer:\n  vocab_size: 200\nmodel:\n  d_model: 32\n"
+            "  n_heads: 4\n  layers: 1\n  d_ff: 64\ntrain:\n  max_tokens: 400\n  threads: 1\n  lr: 0.005\n" % corpus)
+
+
 def make_workspace(root: Path, corpus: Path) -> Workspace:
-    """Train the toy run the readers start from (a few seconds): kept models, best/last, a scored test set."""
+    """Train the toy run the readers start from (a few seconds): kept models, best/last, a scored test
+    set; then pin what the run measured (`pin_run`), so that the files are the same on every machine."""
     from mt.config import load_config
     from mt.evaluate import evaluate_run
     from mt.train import train
     configs = root / "configs"
     configs.mkdir(parents=True)
-    (configs / "base.yaml").write_text(
-        "data:\n  corpus: files\n  dir: %s\n  max_len: 64\ntokenizer:\n  vocab_size: 200\nmodel:\n  d_model: 32\n"
-        "  n_heads: 4\n  layers: 1\n  d_ff: 64\ntrain:\n  max_tokens: 400\n  threads: 1\n  lr: 0.005\n" % corpus)
+    (configs / "base.yaml").write_text(base_yaml(corpus))
     (configs / "child.yaml").write_text("# a child config\nbase: base.yaml\ntrain:\n  max_steps: 6\n  valid_every: 2\n"
                                         "  keep_last: 3\n  log_every: 2\ndecode:\n  beam: 2\n")
     run = root / "run"
     train(load_config(configs / "child.yaml"), run)
     evaluate_run(run, "test", "cpu")
+    pin_run(run, {str(root): "/fuzz/workspace", str(corpus): "/fuzz/corpus"})
     return Workspace(run, corpus, configs / "child.yaml", root / "scratch")
+
+
+# ---- the same bytes on every machine -------------------------------------------------------------------------
+
+def pinned(value, paths: dict[str, str], numbers: bool = True):
+    """`value` with every float the run measured (timings, losses, scores, weights) fixed, and the
+    workspace's own paths named alike everywhere. `numbers=False`: paths only (a config's numbers
+    are its own, not measured)."""
+    import torch
+    if isinstance(value, dict):
+        return {k: pinned(v, paths, numbers and k != "config") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(pinned(v, paths, numbers) for v in value)
+    if isinstance(value, str):
+        for real, fixed in paths.items():
+            value = value.replace(real, fixed)
+        return value
+    if numbers and type(value) is float:
+        return 0.5
+    if numbers and isinstance(value, torch.Tensor) and value.is_floating_point():
+        return ((torch.arange(value.numel()) % 7 + 1) / 8).to(value.dtype).reshape(value.shape)  # exact in any dtype
+    return value
+
+
+def pin_run(run: Path, paths: dict[str, str]) -> None:
+    """Rewrite the run's card, metrics, config and checkpoints as mt writes them, from fixed values:
+    which field a damaged byte hits must not depend on the machine's speed, CPU, versions or paths."""
+    import json
+    import re
+    import torch
+    import yaml
+    card = pinned(json.loads((run / "card.json").read_text()), paths)
+    card["config"]["hash"] = "0" * 12
+    card["code"] = {"git_commit": "0" * 40, "dirty": False}
+    card["hardware"] = {"device": "cpu", "gpu": None, "processes": 1, "cpu": "a CPU", "cpu_count": 2, "threads": 1,
+                        "torch": "2.0.0"}
+    for result in card["results"].values():
+        for key in ("bleu_signature", "chrf_signature", "bleu_lc_signature"):
+            result[key] = re.sub(r"version:[^|]*", "version:2.0.0", result[key])
+    (run / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    rows = [pinned(json.loads(line), paths) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = pinned(yaml.safe_load((run / "config.yaml").read_text()), paths, numbers=False)
+    (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    for path in run.glob("*.pt"):
+        torch.save(pinned(torch.load(path, weights_only=True), paths), path)
+
+
+# ---- structured damage ---------------------------------------------------------------------------------------
+
+OTHER_VALUES = [None, "text", 1.5, -1, True, [], {}]  # one of each JSON kind (and an integer below every minimum)
+
+
+def _key_paths(record, descend) -> list[tuple]:
+    """Every key path in `record`'s nested mappings, where `descend(path)` allows going deeper."""
+    found = []
+    for key, value in record.items():
+        found.append((key,))
+        if isinstance(value, dict) and descend((key,)):
+            found += [(key, *rest) for rest in _key_paths(value, lambda p, k=key: descend((k, *p)))]
+    return found
+
+
+def _edited(record, path: tuple, edit):
+    """A deep copy of `record` with the mapping that holds path[-1] passed to `edit(mapping, key)`."""
+    import copy
+    record = copy.deepcopy(record)
+    holder = record
+    for key in path[:-1]:
+        holder = holder[key]
+    edit(holder, path[-1])
+    return record
+
+
+def record_damages(record, descend=lambda path: True) -> list[tuple[str, object]]:
+    """(what was done, the damaged record): each key dropped, renamed, and given each other kind of value."""
+    cases = []
+    for path in _key_paths(record, descend):
+        name = ".".join(map(str, path))
+        cases.append((f"drop {name}", _edited(record, path, lambda d, k: d.pop(k))))
+        cases.append((f"rename {name}", _edited(record, path, lambda d, k: d.__setitem__(f"{k}_x", d.pop(k)))))
+        original = record
+        for key in path:
+            original = original[key]
+        for value in OTHER_VALUES:
+            if type(value) is not type(original) or value != original:
+                cases.append((f"{name} = {value!r}", _edited(record, path, lambda d, k, v=value: d.__setitem__(k, v))))
+    return cases
+
+
+def _truncations(data: bytes) -> list[tuple[str, bytes]]:
+    ends = [i + 1 for i, byte in enumerate(data) if byte == ord("\n")]
+    return [(f"cut after line {n}", data[:end]) for n, end in enumerate(ends[:-1], 1)]
+
+
+def json_damages(data: bytes) -> list[tuple[str, bytes]]:
+    import json
+    record = json.loads(data)
+    return [(what, (json.dumps(r, indent=2) + "\n").encode()) for what, r in record_damages(record)] + _truncations(data)
+
+
+def jsonl_damages(data: bytes) -> list[tuple[str, bytes]]:
+    """Each kind of row (the first of each: a log window, a validation, ...) damaged in place."""
+    import json
+    rows = [json.loads(line) for line in data.decode().splitlines()]
+    firsts = {}
+    for i, row in enumerate(rows):
+        firsts.setdefault(tuple(sorted(row)), i)
+    cases = []
+    for i in firsts.values():
+        for what, damaged in record_damages(rows[i]):
+            text = "".join(json.dumps(damaged if j == i else row) + "\n" for j, row in enumerate(rows))
+            cases.append((f"line {i + 1}: {what}", text.encode()))
+    return cases + _truncations(data)
+
+
+def yaml_damages(data: bytes) -> list[tuple[str, bytes]]:
+    import yaml
+    return [(what, yaml.safe_dump(r, sort_keys=False).encode()) for what, r in record_damages(yaml.safe_load(data))]
+
+
+def checkpoint_damages(data: bytes, deep: bool) -> list[tuple[str, bytes]]:
+    """A checkpoint's metadata damaged: its top-level keys, and with `deep` its counters (progress and
+    its window) too. Not the tensors, nor torch's own optimizer/scaler/RNG states, nor the config's own
+    keys (mt.config's validator, covered through config.yaml)."""
+    import io
+    import torch
+    ckpt = torch.load(io.BytesIO(data), weights_only=True)
+    cases = []
+    for what, damaged in record_damages(ckpt, lambda path: deep and path[0] == "progress"):
+        out = io.BytesIO()
+        torch.save(damaged, out)
+        cases.append((what, out.getvalue()))
+    return cases
+
+
+STRUCTURED = {  # reader -> its file's structured damage
+    "card.json": json_damages,
+    "metrics.jsonl": jsonl_damages,
+    "config.yaml": yaml_damages,
+    "last.pt": lambda data: checkpoint_damages(data, deep=True),
+    "best.pt": lambda data: checkpoint_damages(data, deep=False),
+    "ckpt-*.pt": lambda data: checkpoint_damages(data, deep=False),
+}

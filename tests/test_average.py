@@ -8,7 +8,8 @@ import torch
 from mt.cli import main
 from mt.config import ConfigError, RunConfig, config_to_dict, load_config
 from mt.model import Seq2Seq
-from mt.checkpoint import Progress, write_average
+from mt.checkpoint import write_average
+from mt.records import Progress
 from mt.rundir import load_run
 from mt.translate import score, translate_lines
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 # the style guide's config -> tokenizer -> data -> model -> decode -> translate -> train -> evaluate/report -> cli,
 # with the helpers each needs just below it
-ORDER = ["files", "config", "tokenizer", "toy", "data", "corpus", "model", "loss", "distributed", "decode", "translate",
+ORDER = ["files", "config", "records", "tokenizer", "toy", "data", "corpus", "model", "loss", "distributed", "decode", "translate",
          "validation", "card", "checkpoint", "rundir", "train", "evaluate", "report", "serve",
          "cli"]
 PACKAGE = Path(__file__).resolve().parents[1] / "mt"

@@ -111,8 +111,8 @@ def test_a_damaged_card_is_named_and_kept(capsys, run, tmp_path):
     before = file_hashes(run)
     for args in (["evaluate", "--run", str(run)], ["report", str(run), "--out", str(tmp_path / "r.md")]):
         code, err = run_main(capsys, *args)
-        assert code == 2 and err == (f"mt: error: {run}/card.json: damaged (not the JSON object mt writes); "
-                                     f"restore it, or delete it and run `mt evaluate --run {run}` to write a new one\n")
+        assert code == 2 and err == (f"mt: error: {run}/card.json: damaged (config.hash is missing); restore it, "
+                                     f"or delete it and run `mt evaluate --run {run}` to write a new one\n")
     assert file_hashes(run) == before
 
 
@@ -121,8 +121,29 @@ def test_a_card_field_of_another_type_is_named(capsys, run, tmp_path):
     card["results"]["test"]["bleu"] = "high"
     (run / "card.json").write_text(json.dumps(card))
     code, err = run_main(capsys, "report", str(run), "--out", str(tmp_path / "r.md"))
-    assert code == 2 and err == (f"mt: error: {run}/card.json: damaged (results.test.bleu is not a number); restore "
-                                 f"it, or delete it and run `mt evaluate --run {run}` to write a new one\n")
+    assert code == 2 and err == (f"mt: error: {run}/card.json: damaged (results.test.bleu is a string, not a number); "
+                                 f"restore it, or delete it and run `mt evaluate --run {run}` to write a new one\n")
+
+
+@pytest.mark.parametrize("damage", ["renamed", "dropped", "null"])
+def test_a_card_result_without_its_length_penalty_is_named(capsys, run, tmp_path, damage):
+    """Issue 24: the report type-checked beam and length_penalty but did not require them, then read
+    them (KeyError: 'length_penalty'); a damaged key of a result is now refused, naming it."""
+    card = json.loads((run / "card.json").read_text())
+    result = card["results"]["test"]
+    value = result.pop("length_penalty")
+    if damage == "renamed":
+        result["length_penaltz"] = value  # what a flipped bit makes of it
+    elif damage == "null":
+        result["length_penalty"] = None
+    (run / "card.json").write_text(json.dumps(card, indent=2))
+    before = file_hashes(run)
+    code, err = run_main(capsys, "report", str(run), "--out", str(tmp_path / "r.md"))
+    what = "is null" if damage == "null" else "is missing"
+    assert code == 2 and err == (f"mt: error: {run}/card.json: damaged (results.test.length_penalty {what}); "
+                                 f"restore it, or delete it and run `mt evaluate --run {run}` to write a new one\n")
+    assert file_hashes(run) == before
+    assert not (tmp_path / "r.md").exists()
 
 
 def test_a_second_training_on_a_run_directory_is_refused(capsys, run, trained):

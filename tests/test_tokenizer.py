@@ -61,3 +61,17 @@ def test_a_piece_that_is_not_utf8_is_a_damaged_model(tokenizer):
     data[i + 1] ^= 0x40  # e2 96 81 -> e2 d6 81: not UTF-8
     with pytest.raises(ConfigError, match=r"^x/spm.model: damaged or not a sentencepiece model \(.*\); restore it"):
         Tokenizer(bytes(data), "x/spm.model")
+
+
+def test_the_same_lines_give_the_same_model_bytes_from_any_file(toy, tmp_path):
+    """A model names no training file: the same lines in two folders give one sha256 (issue 24)."""
+    src, tgt = toy["train"]
+    text = "".join(line + "\n" for line in src[:500] + tgt[:500])
+    paths = [tmp_path / "a" / "sample.txt", tmp_path / "another-folder" / "lines.txt"]
+    for path in paths:
+        path.parent.mkdir()
+        path.write_text(text, encoding="utf-8")
+    first, second = (train_tokenizer(path, vocab_size=200) for path in paths)
+    assert first.sha256 == second.sha256
+    assert b"sample.txt" not in first.proto
+    assert first.encode(src[:5]) == train_tokenizer(src[:500] + tgt[:500], vocab_size=200).encode(src[:5])
