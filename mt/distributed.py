@@ -8,6 +8,7 @@ helper here is a no-op for a single process, so the training loop has one code p
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -20,6 +21,8 @@ import torch
 import torch.distributed as dist
 
 from mt.config import ConfigError
+
+log = logging.getLogger(__name__)
 
 TIMEOUT = timedelta(minutes=10)  # longest a rank waits for the others (rank 0 validates meanwhile)
 
@@ -54,6 +57,32 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
+
+
+def native_precisions(device: torch.device) -> list[str]:
+    """The train.precision values this device runs at full speed: on a CPU, bf16 needs AVX512-BF16 or
+    AMX (elsewhere oneDNN falls back to a path ~10x slower than fp32); fp16 and tf32 are CUDA's."""
+    if device.type == "cuda":
+        return ["fp32", "tf32", "bf16", "fp16"] if torch.cuda.is_bf16_supported() else ["fp32", "tf32", "fp16"]
+    native_bf16 = any(getattr(torch.cpu, name, lambda: False)()
+                      for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    return ["fp32", "bf16"] if native_bf16 else ["fp32"]
+
+
+def set_precision(device: torch.device, precision: str) -> None:
+    """TF32 matmuls and convolutions on CUDA only when asked for (fp32 means fp32); a precision this
+    device only emulates is said once. torch >= 2.9 sets TF32 through fp32_precision, older torch
+    through allow_tf32: the two must not be mixed."""
+    if precision not in native_precisions(device):
+        log.warning("train.precision %s is not native on this %s (native: %s): it runs far slower than fp32",
+                    precision, device.type.upper(), ", ".join(native_precisions(device)))
+    if device.type != "cuda":
+        return
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        mode = "tf32" if precision == "tf32" else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = torch.backends.cudnn.conv.fp32_precision = mode
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
 
 
 def start(ranks: Ranks, device: str, backend: str) -> torch.device:

@@ -151,8 +151,7 @@ def start_device(cfg: RunConfig, ranks: distributed.Ranks) -> torch.device:
     device = distributed.start(ranks, cfg.train.device, cfg.train.dist_backend)
     if cfg.train.precision in ("fp16", "tf32") and device.type != "cuda":
         raise ConfigError(f"train.precision: {cfg.train.precision} needs a CUDA device; use bf16 or fp32 on CPU")
-    if device.type == "cuda":  # TF32 matmuls only when asked for: fp32 means fp32
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.train.precision == "tf32"
+    distributed.set_precision(device, cfg.train.precision)
     return device
 
 
@@ -202,7 +201,7 @@ def setup(cfg: RunConfig, run_dir: Path, force_new: bool, resumed: tuple | None,
         log.info("resuming %s/last.pt: step %d, epoch %d (batch %d), %s", run_dir, progress.step, progress.epoch,
                  progress.batch_index, best_so_far(progress))
     # DDP wraps the model for training steps only; validation and saving use the plain module
-    ddp = DistributedDataParallel(model, forward_sync_buffers=False) if ranks.enabled else model
+    ddp = DistributedDataParallel(model, broadcast_buffers=False) if ranks.enabled else model
     log.info("model: %d parameters; device %s; precision %s; threads %d; processes %d", count_parameters(model),
              device, cfg.train.precision, torch.get_num_threads(), ranks.world)
     return Session(cfg, run_dir, ranks, device, tokenizer, model, ddp, optimizer, scaler, progress,

@@ -1,9 +1,10 @@
 """Training throughput of one config under several precisions, measured in one process.
 
-    python scripts/bench_train.py configs/multi30k.yaml --steps 30 --precisions fp32 bf16
+    python scripts/bench_train.py configs/multi30k.yaml --steps 30 --precisions fp32 bf16 [--device cuda]
 
-Prints one JSON line per precision: source+target non-pad tokens/s over `--steps` updates after
-`--warmup` untimed ones, on the same batches. Compare ratios from one run; absolute numbers drift
+Prints the precisions the device runs natively, then one JSON line per precision: source+target non-pad
+tokens/s over `--steps` updates after `--warmup` untimed ones, on the same batches (and on CUDA the
+peak memory; fp16 with its grad scaler, as `mt train`). Compare ratios from one run; absolute numbers drift
 with whatever else the machine is doing.
 """
 from __future__ import annotations
@@ -17,27 +18,52 @@ import torch
 
 from mt.config import load_config
 from mt.data import drop_long_pairs, epoch_batches, load_split
+from mt.distributed import native_precisions, resolve_device, set_precision
 from mt.model import Seq2Seq
 from mt.tokenizer import train_tokenizer
 from mt.train import inverse_sqrt_lr, train_step
 
 
-def measure(cfg, batches, vocab_size: int, precision: str, warmup: int) -> dict:
+def measure(cfg, batches, vocab_size: int, precision: str, warmup: int, device: torch.device) -> dict:
     torch.manual_seed(cfg.train.seed)
-    model = Seq2Seq(cfg.model, vocab_size).train()
+    model = Seq2Seq(cfg.model, vocab_size).to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
     train_cfg = replace(cfg.train, precision=precision)
+    set_precision(device, precision)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     tokens, start = 0, 0.0
     for i, batch in enumerate(batches):
         if i == warmup:
             tokens, start = 0, time.perf_counter()
         lr = inverse_sqrt_lr(i + 1, cfg.train.lr, cfg.train.warmup_steps)
-        stats = train_step(model, optimizer, [batch], train_cfg, lr)  # the update `mt train` makes
+        # the update `mt train` makes; its one host sync per update ends the step's GPU work too
+        stats = train_step(model, optimizer, [batch], train_cfg, lr, scaler=scaler, device=device)
         tokens += stats.tokens
     seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    busy = gpu_busy(model, optimizer, batches[warmup:warmup + 5], train_cfg, scaler, device) \
+        if device.type == "cuda" else None
     return {"precision": precision, "steps": len(batches) - warmup, "seconds": round(seconds, 2),
             "tokens_per_s": round(tokens / seconds, 1),
-            "last_loss_per_token": round(stats.loss / stats.target_tokens, 4)}
+            "last_loss_per_token": round(stats.loss / stats.target_tokens, 4),
+            "peak_gpu_gib": None if peak is None else round(peak, 2), "gpu_busy": busy}
+
+
+def gpu_busy(model, optimizer, batches, train_cfg, scaler, device: torch.device) -> float:
+    """The fraction of a few updates' wall time that CUDA kernels ran (torch.profiler): well under 1
+    means the GPU waits for the host (Python, launches, syncs)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for batch in batches:
+            train_step(model, optimizer, [batch], train_cfg, 1e-4, scaler=scaler, device=device)
+        torch.cuda.synchronize(device)
+        wall_us = (time.perf_counter() - start) * 1e6
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy_us = sum(e.time_range.elapsed_us() for e in kernels)  # one stream: kernels do not overlap
+    return round(busy_us / wall_us, 3)
 
 
 def main() -> None:
@@ -46,16 +72,23 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--set", action="append", default=[])
     args = parser.parse_args()
     cfg = load_config(args.config, args.set)
+    device = resolve_device(args.device)
+    print(json.dumps({"device": str(device), "native_precisions": native_precisions(device)}), flush=True)
     src, tgt = load_split(cfg.data, "train")
     tokenizer = train_tokenizer(src + tgt, cfg.tokenizer.vocab_size, cfg.tokenizer.character_coverage)
     src_ids, tgt_ids = drop_long_pairs(tokenizer.encode(src), tokenizer.encode(tgt), cfg.data.max_len)
-    batches = epoch_batches(src_ids, tgt_ids, cfg.train.max_tokens, cfg.train.seed, 1)[: args.steps + args.warmup]
+    epoch = epoch_batches(src_ids, tgt_ids, cfg.train.max_tokens, cfg.train.seed, 1)
+    epoch_tokens = sum(b.ntokens + int(b.src_mask.sum()) for b in epoch)
+    batches = epoch[: args.steps + args.warmup]
     for precision in args.precisions:
-        print(json.dumps({"config": cfg.name, "threads": torch.get_num_threads(),
-                          **measure(cfg, batches, tokenizer.vocab_size, precision, args.warmup)}), flush=True)
+        result = measure(cfg, batches, tokenizer.vocab_size, precision, args.warmup, device)
+        print(json.dumps({"config": cfg.name, "threads": torch.get_num_threads(), "device": str(device), **result,
+                          "epoch_updates": len(epoch),
+                          "seconds_per_epoch": round(epoch_tokens / result["tokens_per_s"], 1)}), flush=True)
 
 
 if __name__ == "__main__":

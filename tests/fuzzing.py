@@ -432,7 +432,8 @@ def _cache_meta(ws: Workspace) -> bytes:
 
 def base_yaml(corpus: str | Path) -> str:
     return ("data:\n  corpus: files\n  dir: %s\n  max_len: 64\ntokenizer:\n  vocab_size: 200\nmodel:\n  d_model: 32\n"
-            "  n_heads: 4\n  layers: 1\n  d_ff: 64\ntrain:\n  max_tokens: 400\n  threads: 1\n  lr: 0.005\n" % corpus)
+            "  n_heads: 4\n  layers: 1\n  d_ff: 64\ntrain:\n  max_tokens: 400\n  threads: 1\n  device: cpu\n  lr: 0.005\n"
+            % corpus)
 
 
 def make_workspace(root: Path, corpus: Path) -> Workspace:

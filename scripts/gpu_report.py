@@ -1,0 +1,248 @@
+"""The GPU kit: one command that runs and measures every CUDA path of mt and writes report.json and
+report.md (every figure, with the command that produced it and the versions).
+
+    python scripts/gpu_report.py --out gpu-report                        # every part, one call
+    python scripts/gpu_report.py --out R --parts env gpu-tests bench cpu-suite   # a first 10-minute call,
+    python scripts/gpu_report.py --out R --parts train resume                    # then a second (merged)
+    python scripts/gpu_report.py --device cpu --tiny --minutes 2 --out /tmp/kit  # CPU: the kit itself works
+
+Parts (a part that fails is recorded with its error, and the next one runs):
+  env        GPU, driver, torch, CUDA and cuDNN versions; the precisions the device runs natively
+  gpu-tests  `pytest -m gpu`, pass/fail per test
+  bench      scripts/bench_train.py for each config x precision: tokens/s, seconds per epoch, peak memory,
+             the fraction of step time the GPU is busy
+  train      `mt train` of the first config for a share of --minutes, `mt evaluate` on test (greedy and
+             beam 5), scripts/bench_decode.py (sentences/s greedy and beam 5)
+  resume     a run stopped halfway and resumed against one trained straight (losses); greedy outputs
+             of the trained model on the CPU against the device
+  cpu-suite  the CPU test suite with CUDA hidden, on this machine's own torch
+
+--tiny swaps the Multi30k configs for the generated toy corpus and a tiny model, for a CPU check.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ["env", "gpu-tests", "bench", "train", "resume", "cpu-suite"]
+PRECISIONS = ["fp32", "tf32", "bf16", "fp16"]
+CONFIGS = ["configs/multi30k.yaml", "configs/multi30k-gpu.yaml"]
+TINY_CONFIG = "configs/toy.yaml"
+TINY = ["model.d_model=32", "model.d_ff=64", "model.layers=1", "tokenizer.vocab_size=200", "train.max_tokens=400",
+        "train.log_every=2", "train.valid_every=10", "train.threads=1"]
+
+
+class Kit:
+    """The options, the device, and the report being written."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args, self.out = args, Path(args.out).resolve()
+        self.out.mkdir(parents=True, exist_ok=True)
+        path = self.out / "report.json"
+        self.report = json.loads(path.read_text()) if path.exists() else {"parts": {}, "commands": []}
+        self.configs = [TINY_CONFIG] if args.tiny else CONFIGS
+        self.sets = (TINY if args.tiny else []) + [f"train.device={args.device}"] + args.set
+
+    def run(self, cmd: list[str], seconds: float, env: dict | None = None) -> subprocess.CompletedProcess:
+        """A command from the repository root (mt importable), its line and wall time recorded."""
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})}
+        start = time.perf_counter()
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=seconds)
+        self.report["commands"].append({"cmd": " ".join(cmd), "rc": done.returncode,
+                                        "seconds": round(time.perf_counter() - start, 1)})
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            raise RuntimeError(f"`{' '.join(cmd)}` exited {done.returncode}: {' | '.join(tail)}")
+        return done
+
+    def mt(self, *args: str, seconds: float = 600) -> subprocess.CompletedProcess:
+        return self.run([sys.executable, "-m", "mt", *args], seconds)
+
+    def save(self) -> None:
+        (self.out / "report.json").write_text(json.dumps(self.report, indent=1) + "\n")
+        (self.out / "report.md").write_text(markdown(self.report))
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def part_env(kit: Kit) -> dict:
+    import torch
+    from mt.card import cpu_name
+    from mt.distributed import native_precisions, resolve_device
+    device = resolve_device(kit.args.device)
+    found = {"device": str(device), "cpu": cpu_name(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+             "torch": torch.__version__, "cuda": torch.version.cuda, "native_precisions": native_precisions(device)}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        found.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                     capability=f"{props.major}.{props.minor}", cudnn=torch.backends.cudnn.version())
+        try:
+            found["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                             capture_output=True, text=True, timeout=30).stdout.strip()
+        except OSError:
+            found["driver"] = "nvidia-smi not found"
+    return found
+
+
+def junit_outcomes(path: Path) -> dict[str, str]:
+    """test id -> passed / failed: first line / skipped: reason, from pytest's JUnit XML."""
+    outcomes = {}
+    for case in ElementTree.parse(path).iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        found = [child for child in case if child.tag in ("failure", "error", "skipped")]
+        message = (found[0].get("message") or "").splitlines()[:1] if found else []
+        outcomes[name] = f"{found[0].tag}: {message[0] if message else ''}".strip() if found else "passed"
+    return outcomes
+
+
+def pytest_part(kit: Kit, selection: list[str], name: str, seconds: float, env: dict | None = None) -> dict:
+    xml = kit.out / f"{name}.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *selection]
+    try:
+        kit.run(cmd, seconds, env)
+    except RuntimeError:  # failures are in the XML; a run that wrote none is the error itself
+        if not xml.exists():
+            raise
+    outcomes = junit_outcomes(xml)
+    counts = {k: sum(v.startswith(k) for v in outcomes.values()) for k in ("passed", "failed", "error", "skipped")}
+    return {"counts": counts, "tests": outcomes}
+
+
+def part_gpu_tests(kit: Kit) -> dict:
+    return pytest_part(kit, ["-m", "gpu", "tests/test_gpu.py"], "gpu-tests", 420)
+
+
+def part_cpu_suite(kit: Kit) -> dict:
+    """The suite as CI runs it, on this machine's torch, with CUDA hidden (version skew shows here)."""
+    return pytest_part(kit, ["-m", "not gpu"], "cpu-suite", 540, env={"CUDA_VISIBLE_DEVICES": ""})
+
+
+def part_bench(kit: Kit) -> dict:
+    from mt.distributed import resolve_device
+    on_cpu = resolve_device(kit.args.device).type == "cpu"
+    precisions = [p for p in PRECISIONS if not (on_cpu and p in ("tf32", "fp16"))]  # CUDA-only: refused on CPUs
+    rows = []
+    for config in kit.configs:
+        done = kit.run([sys.executable, "scripts/bench_train.py", config, "--steps", str(kit.args.bench_steps),
+                        "--device", kit.args.device, "--precisions", *precisions,
+                        *[a for s in kit.sets if not s.startswith("train.device=") for a in ("--set", s)]], 600)
+        rows += [row for row in json_lines(done.stdout) if "precision" in row]
+    return {"rows": rows}
+
+
+def part_train(kit: Kit) -> dict:
+    """Train the first config for a share of the budget, then score and time decoding of its test set."""
+    run, minutes = kit.out / "runs" / "train", max(0.2, 0.4 * kit.args.minutes)
+    sets = kit.sets + [f"train.max_minutes={minutes}"]
+    kit.mt("train", kit.configs[0], "--run-dir", str(run), *[a for s in sets for a in ("--set", s)],
+           seconds=60 * minutes + 300)
+    card = json.loads((run / "card.json").read_text())
+    found = {"config": kit.configs[0], "minutes": minutes, "steps": card["training"]["steps"],
+             "epochs": card["training"]["epochs"], "tokens_per_s": card["training"]["tokens_per_s"],
+             "best_val_bleu": card["training"]["best_val_bleu"], "test": {}, "decode": {}}
+    for beam in (1, 5):
+        kit.mt("evaluate", "--run", str(run), "--split", "test", "--beam", str(beam), "--device", kit.args.device)
+        key = "test" if beam == 1 else "test-beam5"
+        result = json.loads((run / "card.json").read_text())["results"][key]
+        found["test"][key] = {"bleu": round(result["bleu"], 2), "chrf": round(result["chrf"], 2)}
+        timing = json_lines(kit.run([sys.executable, "scripts/bench_decode.py", "--run", str(run), "--beam",
+                                     str(beam), "--skip-uncached", "--device", kit.args.device], 300).stdout)[-1]
+        found["decode"][f"beam{beam}"] = {k: timing[k] for k in ("sentences", "seconds", "sentences_per_s")}
+    return found
+
+
+def metrics_losses(run: Path) -> list[float]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in rows if "loss" in r]
+
+
+def part_resume(kit: Kit) -> dict:
+    """Toy runs: 2N steps straight against N, stopped, then resumed to 2N; and the trained model's
+    greedy translations on the CPU against the device (when the train part ran)."""
+    steps, base = 20, ["data.corpus=toy", *TINY, f"train.device={kit.args.device}", "train.log_every=2",
+                       "train.valid_every=10", "model.dropout=0.1"]
+    runs = kit.out / "runs"
+    for name, budgets in (("straight", [2 * steps]), ("resumed", [steps, 2 * steps])):
+        for budget in budgets:
+            sets = base + [f"train.max_steps={budget}"]
+            kit.mt("train", TINY_CONFIG, "--run-dir", str(runs / name), *[a for s in sets for a in ("--set", s)])
+    straight, resumed = metrics_losses(runs / "straight"), metrics_losses(runs / "resumed")
+    found = {"steps": 2 * steps, "losses": len(straight), "same_count": len(straight) == len(resumed),
+             "max_abs_loss_diff": max(abs(a - b) for a, b in zip(straight, resumed))}
+    trained = runs / "train"
+    if (trained / "best.pt").exists() and kit.args.device != "cpu":
+        from mt.config import read_saved_config
+        from mt.data import load_split
+        lines = load_split(read_saved_config(trained / "config.yaml").data, "test")[0][:300]
+        (runs / "lines.src").write_text("".join(line + "\n" for line in lines))
+        out = {d: kit.mt("translate", "--run", str(trained), "--input", str(runs / "lines.src"), "--device", d).stdout
+               for d in ("cpu", kit.args.device)}
+        cpu, dev = out["cpu"].splitlines(), out[kit.args.device].splitlines()
+        found["cpu_vs_device_same_lines"] = f"{sum(a == b for a, b in zip(cpu, dev))} of {len(cpu)}"
+    return found
+
+
+PART_FUNCTIONS = {"env": part_env, "gpu-tests": part_gpu_tests, "bench": part_bench, "train": part_train,
+                  "resume": part_resume, "cpu-suite": part_cpu_suite}
+
+
+def markdown(report: dict) -> str:
+    """report.md: one section per part, its figures as tables or lines."""
+    out = ["# GPU kit report", ""]
+    for name in PARTS:
+        part = report["parts"].get(name)
+        if part is None:
+            continue
+        out += [f"## {name} ({part['status']}, {part['seconds']} s)", ""]
+        if part["status"] != "ok":
+            out += [f"    {part['error']}", ""]
+            continue
+        found = part["result"]
+        if name == "bench":
+            out += ["| config | precision | tokens/s | s/epoch | peak GiB | GPU busy | last loss |", "|---|---|---|---|---|---|---|"]
+            out += [f"| {r['config']} | {r['precision']} | {r['tokens_per_s']} | {r['seconds_per_epoch']} | "
+                    f"{r['peak_gpu_gib']} | {r['gpu_busy']} | {r['last_loss_per_token']} |" for r in found["rows"]]
+        elif "tests" in found:
+            out += [f"{found['counts']}", ""] + [f"- `{t}`: {o}" for t, o in found["tests"].items()
+                                                 if name == "gpu-tests" or not o.startswith(("passed", "skipped"))]
+        else:
+            out += [f"- {k}: {json.dumps(v)}" for k, v in found.items()]
+        out.append("")
+    out += ["## Commands", ""] + [f"- `{c['cmd']}` (rc {c['rc']}, {c['seconds']} s)" for c in report["commands"]]
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for report.json, report.md and the runs")
+    parser.add_argument("--parts", nargs="+", default=PARTS, choices=PARTS)
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--minutes", type=float, default=5.0, help="the train part gets 40%% of it")
+    parser.add_argument("--bench-steps", type=int, default=30)
+    parser.add_argument("--tiny", action="store_true", help="the toy corpus and a tiny model (a CPU check)")
+    parser.add_argument("--set", action="append", default=[], help="key.path=value for every config")
+    kit = Kit(parser.parse_args())
+    for name in kit.args.parts:
+        start = time.perf_counter()
+        try:
+            part = {"status": "ok", "result": PART_FUNCTIONS[name](kit)}
+        except Exception as e:  # noqa: BLE001 - recorded; the next part runs
+            part = {"status": "failed", "error": f"{type(e).__name__}: {e}"[:2000]}
+        kit.report["parts"][name] = {**part, "seconds": round(time.perf_counter() - start, 1)}
+        kit.save()
+        print(f"{name}: {part['status']} ({kit.report['parts'][name]['seconds']} s)", flush=True)
+    return int(any(kit.report["parts"][n]["status"] != "ok" for n in kit.args.parts))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
