@@ -13,7 +13,7 @@ RUNS ?=
 CONFIGS ?=
 REPORT ?= runs/report.md
 
-.PHONY: install train evaluate translate serve report compare test test-fast clean
+.PHONY: install train evaluate translate serve report compare test test-fast lint clean
 
 install: $(VENV)/.installed
 
@@ -58,6 +58,11 @@ test: install
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# ruff format decides line shape, ruff check finds errors (tests/test_layout.py runs both too)
+lint: install
+	$(BIN)/ruff format --check mt tests scripts
+	$(BIN)/ruff check mt tests scripts
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

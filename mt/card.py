@@ -3,6 +3,7 @@
 Training writes the config, code, hardware and training sections when it stops; `mt evaluate` adds
 its scores. Each writer updates only its own sections, and the file is replaced atomically.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,17 +36,27 @@ def config_section(cfg: RunConfig) -> dict:
     except ValueError:  # the base file moved or broke since training: say so rather than fail
         base, base_name = RunConfig(), f"defaults ({cfg.base} unreadable)"
     diff = config_differences(config_to_dict(base), config_to_dict(cfg), ignore=NOT_TRAINING)
-    return {"name": cfg.name, "hash": config_hash(cfg), "base": base_name,
-            "differences": {k: list(v) for k, v in diff.items()}}
+    return {
+        "name": cfg.name,
+        "hash": config_hash(cfg),
+        "base": base_name,
+        "differences": {k: list(v) for k, v in diff.items()},
+    }
 
 
 def code_version() -> dict:
     """The git commit of mt's source tree, and whether it had uncommitted changes."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(SOURCE_ROOT), *args], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(SOURCE_ROOT), *args], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
     try:
-        return {"git_commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "mt"))}
+        return {
+            "git_commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--", "mt")),
+        }
     except (OSError, subprocess.SubprocessError):
         return {"git_commit": "unknown", "dirty": None}
 
@@ -62,8 +73,15 @@ def cpu_name() -> str:
 
 def hardware(device: torch.device, processes: int = 1) -> dict:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    return {"device": device.type, "gpu": gpu, "processes": processes, "cpu": cpu_name(),
-            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__}
+    return {
+        "device": device.type,
+        "gpu": gpu,
+        "processes": processes,
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
 
 
 def read_card(run_dir: str | Path) -> dict:
@@ -86,9 +104,15 @@ def card_summary(run_dir: str | Path) -> dict:
     """What `mt serve` shows of a run: its training in brief and the BLEU/chrF of each evaluation."""
     card = read_card(run_dir)
     training = card.get("training", {})
-    return {"steps": training.get("steps"), "best_val_bleu": training.get("best_val_bleu"),
-            "stopped": training.get("stopped"), "parameters": card.get("parameters"),
-            "results": {k: {"bleu": r.get("bleu"), "chrf": r.get("chrf")} for k, r in card.get("results", {}).items()}}
+    return {
+        "steps": training.get("steps"),
+        "best_val_bleu": training.get("best_val_bleu"),
+        "stopped": training.get("stopped"),
+        "parameters": card.get("parameters"),
+        "results": {
+            k: {"bleu": r.get("bleu"), "chrf": r.get("chrf")} for k, r in card.get("results", {}).items()
+        },
+    }
 
 
 def update_card(run_dir: str | Path, **sections) -> dict:

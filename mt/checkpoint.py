@@ -9,6 +9,7 @@ A checkpoint holds only tensors, numbers, strings and lists/dicts of them, so it
 `torch.load(weights_only=True)`, and it is replaced atomically (mt.files), so a crash never leaves a
 half-written one. Loading checks what it reads and turns every damage into a one-line ConfigError.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,7 +21,14 @@ from pathlib import Path
 
 import torch
 
-from mt.config import ConfigError, RunConfig, apply_overrides, config_differences, config_from_dict, config_to_dict
+from mt.config import (
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    config_differences,
+    config_from_dict,
+    config_to_dict,
+)
 from mt.files import atomic_write
 from mt.model import Seq2Seq
 from mt.records import CHECKPOINT, Progress, problem
@@ -30,10 +38,24 @@ log = logging.getLogger(__name__)
 
 # Keys a resumed run may change: they decide when to stop, log, save or validate, or how `mt translate`
 # decodes, never what is learned nor what best.pt means (train.valid_beam is not among them).
-RESUMABLE_KEYS = ("name", "base", "train.max_steps", "train.max_minutes", "train.patience", "train.valid_every",
-                  "train.keep_last", "train.average_last",
-                  "train.save_every", "train.log_every", "train.max_nonfinite", "train.threads",
-                  "train.device", "train.dist_backend", "decode")
+RESUMABLE_KEYS = (
+    "name",
+    "base",
+    "train.max_steps",
+    "train.max_minutes",
+    "train.patience",
+    "train.valid_every",
+    "train.keep_last",
+    "train.average_last",
+    "train.save_every",
+    "train.log_every",
+    "train.max_nonfinite",
+    "train.threads",
+    "train.device",
+    "train.dist_backend",
+    "decode",
+)
+
 
 def rng_state(device: torch.device) -> dict:
     """This process's random state: Python's, torch's CPU generator, and its own GPU's (not every
@@ -51,24 +73,47 @@ def set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def save_checkpoint(path: Path, cfg: RunConfig, model: Seq2Seq, tokenizer: Tokenizer,
-                    optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, progress: Progress,
-                    rng_states: list[dict]) -> None:
+def save_checkpoint(
+    path: Path,
+    cfg: RunConfig,
+    model: Seq2Seq,
+    tokenizer: Tokenizer,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    progress: Progress,
+    rng_states: list[dict],
+) -> None:
     """Write a checkpoint atomically; `rng_states` holds one state per process, in rank order."""
-    ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-            "config": config_to_dict(cfg), "vocab_size": model.vocab_size, "tokenizer_sha256": tokenizer.sha256,
-            "progress": dataclasses.asdict(progress), "rng": rng_states}
+    ckpt = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),
+        "config": config_to_dict(cfg),
+        "vocab_size": model.vocab_size,
+        "tokenizer_sha256": tokenizer.sha256,
+        "progress": dataclasses.asdict(progress),
+        "rng": rng_states,
+    }
     with atomic_write(path) as f:
         torch.save(ckpt, f)
 
 
-def keep_model(run_dir: Path, cfg: RunConfig, model: Seq2Seq, tokenizer: Tokenizer, progress: Progress,
-               keep: int) -> None:
+def keep_model(
+    run_dir: Path, cfg: RunConfig, model: Seq2Seq, tokenizer: Tokenizer, progress: Progress, keep: int
+) -> None:
     """DIR/ckpt-STEP.pt: the model (weights, config, progress; no optimizer) at this validation; only
     the `keep` newest stay (train.keep_last)."""
     with atomic_write(run_dir / f"ckpt-{progress.step:07d}.pt") as f:
-        torch.save({"model": model.state_dict(), "config": config_to_dict(cfg), "vocab_size": model.vocab_size,
-                    "tokenizer_sha256": tokenizer.sha256, "progress": dataclasses.asdict(progress)}, f)
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "config": config_to_dict(cfg),
+                "vocab_size": model.vocab_size,
+                "tokenizer_sha256": tokenizer.sha256,
+                "progress": dataclasses.asdict(progress),
+            },
+            f,
+        )
     for old in kept_models(run_dir)[:-keep]:
         old.unlink()
 
@@ -87,19 +132,30 @@ def average_models(paths: list[Path]) -> dict:
         diff = config_differences(first["config"], ckpt["config"], ignore=RESUMABLE_KEYS)
         if diff or ckpt["vocab_size"] != first["vocab_size"] or ckpt["model"].keys() != first["model"].keys():
             what = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in diff.items()) or "other weights"
-            raise ConfigError(f"{path}: another config than {paths[0]} ({what}); average checkpoints of one run")
-    mean = {k: torch.stack([c["model"][k].float() for c in ckpts]).mean(0).to(v.dtype)
-            for k, v in first["model"].items()}
-    return {"model": mean, "config": first["config"], "vocab_size": first["vocab_size"],
-            **{k: first[k] for k in ("tokenizer_sha256",) if k in first}, "averaged": [str(p) for p in paths]}
+            raise ConfigError(
+                f"{path}: another config than {paths[0]} ({what}); average checkpoints of one run"
+            )
+    mean = {
+        k: torch.stack([c["model"][k].float() for c in ckpts]).mean(0).to(v.dtype)
+        for k, v in first["model"].items()
+    }
+    return {
+        "model": mean,
+        "config": first["config"],
+        "vocab_size": first["vocab_size"],
+        **{k: first[k] for k in ("tokenizer_sha256",) if k in first},
+        "averaged": [str(p) for p in paths],
+    }
 
 
 def write_average(run_dir: Path, last: int) -> Path:
     """DIR/averaged.pt from the `last` newest DIR/ckpt-*.pt (`mt average`, train.average_last)."""
     kept = kept_models(run_dir)
     if len(kept) < last:
-        raise ConfigError(f"{run_dir}: {len(kept)} kept checkpoints (ckpt-*.pt), fewer than the {last} to average; "
-                          f"set train.keep_last >= {last} and validate more often or train longer")
+        raise ConfigError(
+            f"{run_dir}: {len(kept)} kept checkpoints (ckpt-*.pt), fewer than the {last} to average; "
+            f"set train.keep_last >= {last} and validate more often or train longer"
+        )
     with atomic_write(run_dir / "averaged.pt") as f:
         torch.save(average_models(kept[-last:]), f)
     log.info("wrote %s: the mean of %s", run_dir / "averaged.pt", ", ".join(p.name for p in kept[-last:]))
@@ -110,12 +166,16 @@ def load_checkpoint(path: str | Path) -> dict:
     """Load with weights_only=True: a pickle that names any code (a crafted file) is refused unrun."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"{path}: no checkpoint; train first with `mt train CONFIG --run-dir {path.parent}`")
+        raise ConfigError(
+            f"{path}: no checkpoint; train first with `mt train CONFIG --run-dir {path.parent}`"
+        )
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        raise ConfigError(f"{path}: refused: it holds objects other than tensors and plain data, which could "
-                          f"run code; only load checkpoints written by mt") from None
+        raise ConfigError(
+            f"{path}: refused: it holds objects other than tensors and plain data, which could "
+            f"run code; only load checkpoints written by mt"
+        ) from None
     except Exception:  # noqa: BLE001 - truncated, damaged, a folder, or not a torch file at all
         raise ConfigError(f"{path}: damaged or not a checkpoint; delete it or train again") from None
     found = problem(ckpt, CHECKPOINT)  # its metadata: every key mt reads, of the kind mt writes
@@ -140,12 +200,22 @@ def build_model(ckpt: dict, cfg: RunConfig, path: str | Path) -> Seq2Seq:
     missing = [k for k in expected if k not in found]
     extra = [k for k in found if k not in expected]
     reshaped = [k for k in expected if k in found and found[k].shape != expected[k].shape]
-    problems = ([f"{len(missing)} missing, e.g. {missing[0]}"] if missing else []) + \
-               ([f"{len(extra)} unexpected, e.g. {extra[0]}"] if extra else []) + \
-               ([f"{len(reshaped)} of another shape, e.g. {reshaped[0]} {tuple(found[reshaped[0]].shape)} "
-                 f"instead of {tuple(expected[reshaped[0]].shape)}"] if reshaped else [])
+    problems = (
+        ([f"{len(missing)} missing, e.g. {missing[0]}"] if missing else [])
+        + ([f"{len(extra)} unexpected, e.g. {extra[0]}"] if extra else [])
+        + (
+            [
+                f"{len(reshaped)} of another shape, e.g. {reshaped[0]} {tuple(found[reshaped[0]].shape)} "
+                f"instead of {tuple(expected[reshaped[0]].shape)}"
+            ]
+            if reshaped
+            else []
+        )
+    )
     if problems:
-        raise ConfigError(f"{path}: weights do not fit the model its config describes ({'; '.join(problems)}); "
-                          f"the checkpoint comes from an incompatible config")
+        raise ConfigError(
+            f"{path}: weights do not fit the model its config describes ({'; '.join(problems)}); "
+            f"the checkpoint comes from an incompatible config"
+        )
     model.load_state_dict(found)
     return model

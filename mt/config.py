@@ -4,6 +4,7 @@ Every section is a dataclass; every field has a type, a default, and (where it m
 choices or range in its metadata. Unknown keys, wrong types and out-of-range values raise
 `ConfigError` with the full key path, which the CLI prints as one line (exit code 2).
 """
+
 from __future__ import annotations
 
 import copy
@@ -17,6 +18,7 @@ import yaml
 
 from mt.files import write_text
 
+
 class ConfigError(ValueError):
     """A problem with the user's config or command line that the user can fix."""
 
@@ -29,8 +31,7 @@ def _choice(default: str, *choices: str) -> Any:
     return field(default=default, metadata={"choices": choices})
 
 
-def _range(default: float, lo: float | None = None, hi: float | None = None, *,
-           lo_open: bool = False) -> Any:
+def _range(default: float, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> Any:
     return field(default=default, metadata={"lo": lo, "hi": hi, "lo_open": lo_open})
 
 
@@ -40,7 +41,7 @@ class DataConfig:
     # multi30k: folder holding multi30k/ ("" = $MT_DATA_DIR, else download into data/);
     # files: folder holding {train,val,test}.{src_lang,tgt_lang}, plain or .gz
     dir: str = ""
-    src_lang: str = "de"     # multi30k and toy: de or en; files: the files' suffix
+    src_lang: str = "de"  # multi30k and toy: de or en; files: the files' suffix
     tgt_lang: str = "en"
     max_len: int = _range(100, 1)  # training pairs with more pieces on either side are dropped
 
@@ -56,10 +57,10 @@ class TokenizerConfig:
 class ModelConfig:
     d_model: int = _range(256, 8)
     n_heads: int = _range(4, 1)
-    layers: int = _range(3, 1)          # encoder layers = decoder layers
+    layers: int = _range(3, 1)  # encoder layers = decoder layers
     d_ff: int = _range(1024, 8)
-    dropout: float = _range(0.1, 0.0, 0.99)             # embeddings and residual branches
-    attention_dropout: float = _range(0.0, 0.0, 0.99)   # on attention weights (forces SDPA's slow path)
+    dropout: float = _range(0.1, 0.0, 0.99)  # embeddings and residual branches
+    attention_dropout: float = _range(0.0, 0.0, 0.99)  # on attention weights (forces SDPA's slow path)
     activation_dropout: float = _range(0.0, 0.0, 0.99)  # inside the feed-forward block
     norm: str = _choice("pre", "pre", "post")
     tie_embeddings: bool = True
@@ -68,35 +69,41 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    lr: float = _range(1e-3, 0.0, lo_open=True)       # peak learning rate, reached after warmup
+    lr: float = _range(1e-3, 0.0, lo_open=True)  # peak learning rate, reached after warmup
     warmup_steps: int = _range(400, 1)
-    schedule: str = _choice("inverse_sqrt", "inverse_sqrt", "linear")  # after warmup; linear: to 0 at the budget's end
-    max_tokens: int = _range(4096, 16)   # per batch: sentences x longest side, padding included
+    schedule: str = _choice(
+        "inverse_sqrt", "inverse_sqrt", "linear"
+    )  # after warmup; linear: to 0 at the budget's end
+    max_tokens: int = _range(4096, 16)  # per batch: sentences x longest side, padding included
     max_steps: int = _range(100_000, 1)
     max_minutes: float = _range(0.0, 0.0)  # wall-clock budget for the loop; 0 = none
     label_smoothing: float = _range(0.1, 0.0, 0.99)
     precision: str = _choice("fp32", "fp32", "tf32", "bf16", "fp16")  # tf32: fp32 with TF32 matmuls (CUDA)
     device: str = _choice("auto", "auto", "cpu", "cuda")
-    dist_backend: str = _choice("auto", "auto", "nccl", "gloo")  # under torchrun; auto = nccl on GPUs, else gloo
+    dist_backend: str = _choice(
+        "auto", "auto", "nccl", "gloo"
+    )  # under torchrun; auto = nccl on GPUs, else gloo
     clip_norm: float = _range(1.0, 0.0)  # 0 = no clipping
-    accumulate: int = _range(1, 1)       # batches per optimizer step
-    patience: int = _range(0, 0)         # validations without a best_metric gain before stopping; 0 = off
-    best_metric: str = _choice("bleu", "bleu", "loss")  # what best.pt and patience follow: val BLEU up or val loss down
-    keep_last: int = _range(0, 0)        # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
-    average_last: int = _range(0, 0)     # at the end, write averaged.pt: the mean of the last N kept models
+    accumulate: int = _range(1, 1)  # batches per optimizer step
+    patience: int = _range(0, 0)  # validations without a best_metric gain before stopping; 0 = off
+    best_metric: str = _choice(
+        "bleu", "bleu", "loss"
+    )  # what best.pt and patience follow: val BLEU up or val loss down
+    keep_last: int = _range(0, 0)  # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
+    average_last: int = _range(0, 0)  # at the end, write averaged.pt: the mean of the last N kept models
     valid_every: int = _range(500, 1)
-    valid_beam: int = _range(1, 1)       # beam of validation decoding, which best.pt is best at; fixed for a run
-    save_every: int = _range(0, 0)       # also write last.pt every N steps; 0 = at validations only
+    valid_beam: int = _range(1, 1)  # beam of validation decoding, which best.pt is best at; fixed for a run
+    save_every: int = _range(0, 0)  # also write last.pt every N steps; 0 = at validations only
     log_every: int = _range(50, 1)
-    max_nonfinite: int = _range(5, 1)    # updates in a row with a non-finite loss before training stops
+    max_nonfinite: int = _range(5, 1)  # updates in a row with a non-finite loss before training stops
     seed: int = 1
-    threads: int = _range(0, 0)          # torch CPU threads; 0 = torch's default
+    threads: int = _range(0, 0)  # torch CPU threads; 0 = torch's default
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    beam: int = _range(1, 1)             # 1 = greedy
-    n_best: int = _range(1, 1)           # hypotheses per sentence written by translate (<= beam)
+    beam: int = _range(1, 1)  # 1 = greedy
+    n_best: int = _range(1, 1)  # hypotheses per sentence written by translate (<= beam)
     length_penalty: float = _range(1.0, 0.0)  # GNMT alpha: rank by logprob / ((5 + length) / 6) ** alpha
     max_len_a: float = _range(1.5, 0.0)  # output length limit = a * source length + b
     max_len_b: int = _range(10, 1)
@@ -106,19 +113,20 @@ class DecodeConfig:
 @dataclass(frozen=True)
 class ServeLimits:
     """What one `mt serve` request may ask, and how its worker batches: `mt serve --max-...` flags."""
+
     max_request_bytes: int = 1 << 20
-    max_lines: int = 256          # lines per request
+    max_lines: int = 256  # lines per request
     max_line_chars: int = 4000
     max_beam: int = 16
-    max_queue: int = 256          # requests waiting for the decoding thread; one more gets 503
-    max_batch_lines: int = 2048   # lines the worker merges into one decoding call
-    max_wait_ms: float = 5.0      # how long it waits for another request once the queue is empty (10x in all)
+    max_queue: int = 256  # requests waiting for the decoding thread; one more gets 503
+    max_batch_lines: int = 2048  # lines the worker merges into one decoding call
+    max_wait_ms: float = 5.0  # how long it waits for another request once the queue is empty (10x in all)
 
 
 @dataclass(frozen=True)
 class RunConfig:
     name: str = "run"
-    base: str = ""       # the config file this one extends (YAML key `base:`, relative to the file); "" = none
+    base: str = ""  # the config file this one extends (YAML key `base:`, relative to the file); "" = none
     data: DataConfig = DataConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
     model: ModelConfig = ModelConfig()
@@ -134,7 +142,7 @@ def _check_value(path: str, f: dataclasses.Field, value: Any) -> Any:
     kind = _LEAF_TYPES[f.type]
     if kind is float and isinstance(value, str):
         try:
-            value = float(value)   # YAML 1.1 reads 5e-4 as a string
+            value = float(value)  # YAML 1.1 reads 5e-4 as a string
         except ValueError:
             pass
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -154,10 +162,23 @@ def _check_value(path: str, f: dataclasses.Field, value: Any) -> Any:
 
 
 # What users of JoeyNMT and fairseq call some of our keys: "did you mean" hints for them.
-ALIASES = {"learning_rate": "lr", "lr_warmup": "warmup_steps", "warmup": "warmup_steps", "batch_size": "max_tokens",
-           "max_update": "max_steps", "beam_size": "beam", "nbest": "n_best", "num_layers": "layers",
-           "hidden_size": "d_model", "embedding_dim": "d_model", "num_heads": "n_heads", "ff_size": "d_ff",
-           "lenpen": "length_penalty", "alpha": "length_penalty", "update_freq": "accumulate"}
+ALIASES = {
+    "learning_rate": "lr",
+    "lr_warmup": "warmup_steps",
+    "warmup": "warmup_steps",
+    "batch_size": "max_tokens",
+    "max_update": "max_steps",
+    "beam_size": "beam",
+    "nbest": "n_best",
+    "num_layers": "layers",
+    "hidden_size": "d_model",
+    "embedding_dim": "d_model",
+    "num_heads": "n_heads",
+    "ff_size": "d_ff",
+    "lenpen": "length_penalty",
+    "alpha": "length_penalty",
+    "update_freq": "accumulate",
+}
 
 
 def _build(cls: type, raw: Any, path: str) -> Any:
@@ -171,7 +192,8 @@ def _build(cls: type, raw: Any, path: str) -> Any:
         key_path = f"{path}.{key}" if path else str(key)
         if key not in fields:
             close = difflib.get_close_matches(str(key), fields, n=1) or [
-                ALIASES[a] for a in difflib.get_close_matches(str(key), ALIASES, n=1) if ALIASES[a] in fields]
+                ALIASES[a] for a in difflib.get_close_matches(str(key), ALIASES, n=1) if ALIASES[a] in fields
+            ]
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise ConfigError(f"unknown key '{key_path}'{hint} valid keys: {', '.join(fields)}")
         f = fields[key]
@@ -190,8 +212,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     if m.d_model % 2:
         raise ConfigError(f"model.d_model ({m.d_model}) must be even for sinusoidal positions")
     if cfg.data.corpus == "files" and not cfg.data.dir:
-        raise ConfigError("data.dir: data.corpus 'files' needs data.dir, a folder holding "
-                          "{train,val,test}.{src_lang,tgt_lang}")
+        raise ConfigError(
+            "data.dir: data.corpus 'files' needs data.dir, a folder holding "
+            "{train,val,test}.{src_lang,tgt_lang}"
+        )
     for key in ("src_lang", "tgt_lang"):
         lang = getattr(cfg.data, key)
         if cfg.data.corpus != "files" and lang not in ("de", "en"):
@@ -201,11 +225,15 @@ def validate(cfg: RunConfig) -> RunConfig:
     if cfg.data.src_lang == cfg.data.tgt_lang:
         raise ConfigError(f"data.src_lang and data.tgt_lang are both {cfg.data.src_lang!r}")
     if cfg.train.precision in ("fp16", "tf32") and cfg.train.device == "cpu":
-        raise ConfigError(f"train.precision: {cfg.train.precision} needs a CUDA device; use bf16 or fp32 on CPU")
+        raise ConfigError(
+            f"train.precision: {cfg.train.precision} needs a CUDA device; use bf16 or fp32 on CPU"
+        )
     if cfg.decode.n_best > cfg.decode.beam:
         raise ConfigError(f"decode.n_best ({cfg.decode.n_best}) must be <= decode.beam ({cfg.decode.beam})")
     if cfg.data.max_len + 2 > m.max_positions:
-        raise ConfigError(f"data.max_len ({cfg.data.max_len}) + 2 exceeds model.max_positions ({m.max_positions})")
+        raise ConfigError(
+            f"data.max_len ({cfg.data.max_len}) + 2 exceeds model.max_positions ({m.max_positions})"
+        )
     return cfg
 
 
@@ -245,8 +273,10 @@ def _read_yaml(path: Path) -> dict:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read config ({e})") from None
     except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, most control characters)
-        raise ConfigError(f"{path}: character {e.position + 1} ({e.character!r}) is not allowed in YAML; save the "
-                          f"config as plain UTF-8 text") from None
+        raise ConfigError(
+            f"{path}: character {e.position + 1} ({e.character!r}) is not allowed in YAML; save the "
+            f"config as plain UTF-8 text"
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -340,8 +370,11 @@ def config_differences(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> di
     `ignore` ("train.max_steps", "decode") is skipped. Keys missing on one side count as None."""
     a, b = flatten(old), flatten(new)
     skip = lambda key: any(key == i or key.startswith(i + ".") for i in ignore)  # noqa: E731
-    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b), key=list({**a, **b}).index)
-            if not skip(k) and a.get(k) != b.get(k)}
+    return {
+        k: (a.get(k), b.get(k))
+        for k in sorted(set(a) | set(b), key=list({**a, **b}).index)
+        if not skip(k) and a.get(k) != b.get(k)
+    }
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:

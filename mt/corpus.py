@@ -9,10 +9,9 @@ tokenizer, with a meta.json of their sizes and sha256 written last; a later star
 torchrun rank) checks and memory-maps them, so the page cache holds one copy. A stale or damaged
 folder is rebuilt, never trusted.
 
-`BatchStream` plans each epoch from the lengths alone (an index order and batch bounds, the very
-batches `data.epoch_batches` makes) and pads a batch's tensors only when it is taken, one step ahead
-in a worker thread.
+`Corpus.batch` pads the pairs of one batch; mt.batching plans which pairs go together.
 """
+
 from __future__ import annotations
 
 import array
@@ -20,10 +19,8 @@ import hashlib
 import json
 import logging
 import os
-import random
 import shutil
 import tempfile
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -64,12 +61,17 @@ def _paired(sources: tuple[TextSource, TextSource]) -> Iterator[tuple[str, str]]
         yield pair
     rest = [sum(1 for _ in side) for side in (src, tgt)]  # zip stopped at the shorter side
     if any(rest):
-        names = [s if isinstance(s, Path) else f"the {side} side" for s, side in zip(sources, ("source", "target"))]
-        raise DataError(f"{names[0]} has {n + rest[0]} lines but {names[1]} has {n + rest[1]}; "
-                        f"the two sides must be line-aligned")
+        names = [
+            s if isinstance(s, Path) else f"the {side} side" for s, side in zip(sources, ("source", "target"))
+        ]
+        raise DataError(
+            f"{names[0]} has {n + rest[0]} lines but {names[1]} has {n + rest[1]}; "
+            f"the two sides must be line-aligned"
+        )
 
 
 # ---- the tokenizer's sample -------------------------------------------------------------------------
+
 
 def tokenizer_sample(cfg: DataConfig, limit: int, seed: int, path: Path) -> tuple[int, int]:
     """Write at most `limit` training lines (source side, then target side) to `path`, one per line:
@@ -83,8 +85,10 @@ def tokenizer_sample(cfg: DataConfig, limit: int, seed: int, path: Path) -> tupl
     if counts[0] != counts[1]:
         for source in sources:  # a line that is not UTF-8 is the more precise error
             all(True for _ in source_lines(source))
-        raise DataError(f"{sources[0]} has {counts[0]} lines but {sources[1]} has {counts[1]}; "
-                        f"the two sides must be line-aligned")
+        raise DataError(
+            f"{sources[0]} has {counts[0]} lines but {sources[1]} has {counts[1]}; "
+            f"the two sides must be line-aligned"
+        )
     total = sum(counts)
     picked = None
     if total > limit:  # positions of the sample, sorted, walked alongside the lines
@@ -120,17 +124,23 @@ def learn_tokenizer(cfg: RunConfig) -> tuple[Tokenizer, int]:
 
 # ---- binarizing ---------------------------------------------------------------------------------------
 
+
 def id_dtype(largest: int) -> torch.dtype:
     """The smallest of uint16 and int32 that holds values up to `largest`."""
-    return torch.uint16 if largest < 2 ** 16 else torch.int32
+    return torch.uint16 if largest < 2**16 else torch.int32
 
 
 _TYPECODE = {torch.uint16: "H", torch.int32: "i"}
 _SIDES = ("src.ids", "tgt.ids", "src.len", "tgt.len")
 
 
-def binarize(sources: tuple[TextSource, TextSource], tokenizer: Tokenizer, max_len: int, folder: Path,
-             total: int | None = None) -> dict:
+def binarize(
+    sources: tuple[TextSource, TextSource],
+    tokenizer: Tokenizer,
+    max_len: int,
+    folder: Path,
+    total: int | None = None,
+) -> dict:
     """Encode the pairs into folder/{src,tgt}.{ids,len}, keeping those with 1..max_len pieces on both
     sides; returns the counts for meta.json. Holds one chunk of pairs at a time."""
     ids_type, len_type = id_dtype(tokenizer.vocab_size - 1), id_dtype(max_len)
@@ -144,7 +154,12 @@ def binarize(sources: tuple[TextSource, TextSource], tokenizer: Tokenizer, max_l
                 encoded = (tokenizer.encode([p[side] for p in chunk]) for side in (0, 1))
                 for s, t in zip(*encoded):
                     if 0 < len(s) <= max_len and 0 < len(t) <= max_len:
-                        arrays[0].extend(s), arrays[1].extend(t), arrays[2].append(len(s)), arrays[3].append(len(t))
+                        (
+                            arrays[0].extend(s),
+                            arrays[1].extend(t),
+                            arrays[2].append(len(s)),
+                            arrays[3].append(len(t)),
+                        )
                         kept += 1
                     else:
                         dropped += 1
@@ -158,8 +173,10 @@ def binarize(sources: tuple[TextSource, TextSource], tokenizer: Tokenizer, max_l
         for f in files:
             f.close()
     if not kept:
-        raise DataError(f"no training pairs left: all {dropped} are empty or longer than data.max_len={max_len} "
-                        f"pieces; raise data.max_len")
+        raise DataError(
+            f"no training pairs left: all {dropped} are empty or longer than data.max_len={max_len} "
+            f"pieces; raise data.max_len"
+        )
     log.info("kept %d training pairs, dropped %d (empty or longer than %d pieces)", kept, dropped, max_len)
     return {"pairs": kept, "dropped": dropped, "ids_dtype": str(ids_type), "len_dtype": str(len_type)}
 
@@ -183,7 +200,11 @@ def _problem(folder: Path, identity: list) -> str:
     try:
         for name in _SIDES:
             path, expected = folder / name, meta["files"][name]
-            if not path.is_file() or path.stat().st_size != expected["bytes"] or _sha256(path) != expected["sha256"]:
+            if (
+                not path.is_file()
+                or path.stat().st_size != expected["bytes"]
+                or _sha256(path) != expected["sha256"]
+            ):
                 return f"{name} is damaged (size or sha256 differ from meta.json)"
         if {meta["ids_dtype"], meta["len_dtype"]} - {str(t) for t in _TYPECODE}:
             return "meta.json names an unknown id type"
@@ -210,10 +231,14 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None) -> 
     building.mkdir(parents=True)
     try:
         counts = binarize(sources, tokenizer, cfg.max_len, building, total)
-        files = {name: {"bytes": (building / name).stat().st_size, "sha256": _sha256(building / name)}
-                 for name in _SIDES}
-        write_text(building / "meta.json", json.dumps({"format": FORMAT, "identity": identity, **counts,
-                                                        "files": files}, indent=1))
+        files = {
+            name: {"bytes": (building / name).stat().st_size, "sha256": _sha256(building / name)}
+            for name in _SIDES
+        }
+        write_text(
+            building / "meta.json",
+            json.dumps({"format": FORMAT, "identity": identity, **counts, "files": files}, indent=1),
+        )
         if folder.exists():  # stale or damaged: out of the way first (a folder cannot be renamed over)
             old = folder.with_name(f"{folder.name}.old-{os.getpid()}")
             os.replace(folder, old)
@@ -226,13 +251,15 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None) -> 
 
 # ---- the corpus in memory ------------------------------------------------------------------------------
 
+
 @dataclass
 class Corpus:
     """Token ids of the kept pairs, flat per side, with per-pair lengths and start offsets."""
-    src: Tensor        # (source tokens,) uint16 or int32, memory-mapped when loaded
-    tgt: Tensor        # (target tokens,)
-    src_len: Tensor    # (P,) pieces per sentence, without bos/eos
-    tgt_len: Tensor    # (P,)
+
+    src: Tensor  # (source tokens,) uint16 or int32, memory-mapped when loaded
+    tgt: Tensor  # (target tokens,)
+    src_len: Tensor  # (P,) pieces per sentence, without bos/eos
+    tgt_len: Tensor  # (P,)
     src_start: Tensor  # (P,) int64 offset of each sentence in `src`
     tgt_start: Tensor  # (P,)
 
@@ -258,8 +285,12 @@ class Corpus:
             size = meta["files"][name]["bytes"] // dtypes[dtype].itemsize
             return torch.from_file(str(folder / name), shared=False, size=size, dtype=dtypes[dtype])
 
-        return Corpus._of(mapped("src.ids", meta["ids_dtype"]), mapped("tgt.ids", meta["ids_dtype"]),
-                          mapped("src.len", meta["len_dtype"]), mapped("tgt.len", meta["len_dtype"]))
+        return Corpus._of(
+            mapped("src.ids", meta["ids_dtype"]),
+            mapped("tgt.ids", meta["ids_dtype"]),
+            mapped("src.len", meta["len_dtype"]),
+            mapped("tgt.len", meta["len_dtype"]),
+        )
 
     def __len__(self) -> int:
         return self.src_len.numel()
@@ -272,12 +303,13 @@ class Corpus:
         return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask, int(tgt_mask.sum()))
 
 
-def _padded(ids: Tensor, starts: Tensor, lengths: Tensor, first: int | None, last: int | None
-            ) -> tuple[Tensor, Tensor]:
+def _padded(
+    ids: Tensor, starts: Tensor, lengths: Tensor, first: int | None, last: int | None
+) -> tuple[Tensor, Tensor]:
     """Rows [first] + ids[start: start + length] + [last], right-padded: (ids (B, L), mask (B, L))."""
     shift = int(first is not None)
-    position = torch.arange(int(lengths.max()) + 1)                          # (L,)
-    inside = (position >= shift) & (position < lengths[:, None] + shift)     # (B, L)
+    position = torch.arange(int(lengths.max()) + 1)  # (L,)
+    inside = (position >= shift) & (position < lengths[:, None] + shift)  # (B, L)
     offsets = (starts[:, None] + position - shift).clamp(0, max(ids.numel() - 1, 0))  # (B, L)
     out = torch.where(inside, ids[offsets].long(), PAD)
     if first is not None:
@@ -285,106 +317,3 @@ def _padded(ids: Tensor, starts: Tensor, lengths: Tensor, first: int | None, las
     if last is not None:
         out[torch.arange(out.size(0)), lengths] = last
     return out, out != PAD
-
-
-# ---- batches ------------------------------------------------------------------------------------------
-
-@dataclass
-class EpochPlan:
-    """One epoch's batches as indices: batch j holds pairs order[bounds[k]: bounds[k + 1]], k = shuffled[j]."""
-    order: Tensor         # (P,) int32 pair indices sorted by length
-    bounds: list[int]     # batch b = order[bounds[b]: bounds[b + 1]]
-    shuffled: list[int]   # the batches in training order
-
-    def __len__(self) -> int:
-        return len(self.shuffled)
-
-    def rows(self, j: int) -> Tensor:
-        b = self.shuffled[j]
-        return self.order[self.bounds[b]: self.bounds[b + 1]].long()
-
-
-def batch_sizes(lengths: list[int], counts: list[int], max_tokens: int) -> list[int]:
-    """Sizes of the batches `data.token_batches` cuts from pairs sorted by cost length, given as runs
-    (`counts[i]` pairs of length `lengths[i]`, increasing): a batch takes pairs while
-    pairs x length <= max_tokens, at least one. Works per batch, not per pair."""
-    sizes, current = [], 0
-    for length, left in zip(lengths, counts):
-        fit = max_tokens // length
-        while left:
-            if not current:
-                current, left = 1, left - 1
-            take = min(left, max(fit - current, 0))
-            current, left = current + take, left - take
-            if left:
-                sizes.append(current)
-                current = 0
-    return sizes + [current] * (current > 0)
-
-
-def epoch_plan(src_len: Tensor, tgt_len: Tensor, max_tokens: int, seed: int, epoch: int) -> EpochPlan:
-    """`data.epoch_batches`'s grouping and order (the same random draws), from length arrays."""
-    rng = random.Random(seed * 100_003 + epoch)
-    ties = torch.frombuffer(array.array("d", (rng.random() for _ in range(len(src_len)))), dtype=torch.float64)
-    order = ties.argsort(stable=True)
-    del ties
-    s, t = src_len.long() + 1, tgt_len.long() + 1                             # with eos / bos
-    key = (torch.maximum(s, t) << 42) | (s << 21) | t  # sort by (cost, source, target), ties by the draws
-    del s, t
-    order = order[key[order].argsort(stable=True)]
-    lengths, counts = torch.unique_consecutive(key[order] >> 42, return_counts=True)
-    sizes = batch_sizes(lengths.tolist(), counts.tolist(), max_tokens)
-    shuffled = list(range(len(sizes)))
-    rng.shuffle(shuffled)
-    return EpochPlan(order.int(), [0] + torch.tensor(sizes).cumsum(0).tolist(), shuffled)
-
-
-def fill_ratio(corpus: Corpus, plan: EpochPlan) -> float:
-    """Fraction of non-pad positions over source and target of the epoch's batches."""
-    sizes = torch.tensor(plan.bounds).diff()                                   # (batches,)
-    real = total = 0
-    for lengths in (corpus.src_len, corpus.tgt_len):
-        n = lengths[plan.order.long()].float() + 1                             # (P,) in plan order, batch by batch
-        real += float(n.sum())
-        total += float((torch.segment_reduce(n, "max", lengths=sizes) * sizes).sum())
-    return real / total
-
-
-class BatchStream:
-    """The training batches, epoch after epoch, each epoch in its seeded order. A position is
-    (epoch from 1, batches of that epoch already taken), all a checkpoint needs to resume the stream.
-
-    A worker thread pads the batches of the next `take` while the caller trains on these (and, for a
-    GPU, pins them so the copy is asynchronous)."""
-
-    def __init__(self, corpus: Corpus, max_tokens: int, seed: int, pin_memory: bool = False):
-        self.corpus, self.max_tokens, self.seed, self.pin = corpus, max_tokens, seed, pin_memory
-        self.plans: dict[int, EpochPlan] = {}
-        self.worker = ThreadPoolExecutor(1, thread_name_prefix="mt-batches")
-        self.ahead: tuple[tuple[int, int, int], Future] | None = None
-
-    def plan(self, epoch: int) -> EpochPlan:
-        if epoch not in self.plans:
-            self.plans = {e: p for e, p in self.plans.items() if e >= epoch - 1}  # keep two at most
-            self.plans[epoch] = epoch_plan(self.corpus.src_len, self.corpus.tgt_len, self.max_tokens, self.seed,
-                                           epoch)
-            if epoch == 1:
-                log.info("epoch 1: %d batches, non-pad fraction %.3f", len(self.plans[1]),
-                         fill_ratio(self.corpus, self.plans[1]))
-        return self.plans[epoch]
-
-    def _build(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:
-        epoch = max(epoch, 1)
-        if index >= len(self.plan(epoch)):
-            epoch, index = epoch + 1, 0
-        plan = self.plan(epoch)
-        batches = [self.corpus.batch(plan.rows(j)) for j in range(index, min(index + n, len(plan)))]
-        return [b.pin_memory() for b in batches] if self.pin else batches, epoch, index + len(batches)
-
-    def take(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:
-        """Up to n batches from position (epoch, index), moving to the next epoch at an epoch's end
-        (epoch 0 = not started); returns them and the position after them."""
-        ready = self.ahead is not None and self.ahead[0] == (epoch, index, n)
-        found = self.ahead[1].result() if ready else self._build(epoch, index, n)
-        self.ahead = ((found[1], found[2], n), self.worker.submit(self._build, found[1], found[2], n))
-        return found

@@ -5,6 +5,7 @@ switch, dropping over-long pairs, length-bucketed token-budget batching, and the
 
 Mask convention (used everywhere in mt): boolean, True = real token / may attend.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -70,7 +71,9 @@ def read_failure(path: Path, e: Exception) -> DataError:
         return DataError(f"{path}: damaged compressed file ({e}); download or copy it again")
     if isinstance(e, FileNotFoundError):
         return DataError(f"{path}: file not found")
-    return DataError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e}); check the path and its permissions")
+    return DataError(
+        f"{path}: cannot read ({getattr(e, 'strerror', None) or e}); check the path and its permissions"
+    )
 
 
 def _open(path: Path):
@@ -96,7 +99,9 @@ def iter_lines(path: str | Path) -> Iterator[str]:
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError:
-                    raise DataError(f"{path}: line {number} is not valid UTF-8; re-encode the file as UTF-8") from None
+                    raise DataError(
+                        f"{path}: line {number} is not valid UTF-8; re-encode the file as UTF-8"
+                    ) from None
                 line = line[:-1] if line.endswith("\n") else line
                 yield normalize(line[:-1] if line.endswith("\r") else line)
         except (OSError, EOFError, zlib.error) as e:
@@ -132,8 +137,10 @@ def read_parallel(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]
         if not any(lines):
             raise DataError(f"{path}: file is empty")
     if len(src) != len(tgt):
-        raise DataError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
-                        f"the two sides must be line-aligned")
+        raise DataError(
+            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
+            f"the two sides must be line-aligned"
+        )
     return src, tgt
 
 
@@ -156,8 +163,10 @@ def _download(manifest: dict, dest: Path) -> None:
             with urllib.request.urlopen(url, timeout=60) as response:
                 payload = response.read()
         except OSError as e:
-            raise DataError(f"cannot download {url} ({e}); set MT_DATA_DIR to a folder holding "
-                            f"multi30k/{{train,val,test2016}}.{{de,en}}.gz") from None
+            raise DataError(
+                f"cannot download {url} ({e}); set MT_DATA_DIR to a folder holding "
+                f"multi30k/{{train,val,test2016}}.{{de,en}}.gz"
+            ) from None
         dest.mkdir(parents=True, exist_ok=True)
         write_bytes(target, payload)
 
@@ -166,7 +175,9 @@ def read_manifest(path: Path) -> dict:
     """The corpus manifest (package data): base_url, and per file its remote name and sha256."""
     try:
         manifest = json.loads(path.read_bytes())
-        fields = [manifest["base_url"]] + [entry[k] for entry in manifest["files"].values() for k in ("remote", "sha256")]
+        fields = [manifest["base_url"]] + [
+            entry[k] for entry in manifest["files"].values() for k in ("remote", "sha256")
+        ]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         fields = [None]
     if not all(isinstance(field, str) for field in fields):
@@ -184,11 +195,15 @@ def multi30k_dir(data_dir: str = "", manifest_path: Path = MANIFEST) -> Path:
     for name, entry in manifest["files"].items():
         path = folder / name
         if not path.exists():
-            raise DataError(f"{path}: file not found; MT_DATA_DIR must name a folder holding "
-                            f"multi30k/{{train,val,test2016}}.{{de,en}}.gz")
+            raise DataError(
+                f"{path}: file not found; MT_DATA_DIR must name a folder holding "
+                f"multi30k/{{train,val,test2016}}.{{de,en}}.gz"
+            )
         if _sha256(path) != entry["sha256"]:
-            raise DataError(f"{path}: sha256 does not match {manifest_path.name}; the file is damaged "
-                            f"or not the Multi30k release; replace it")
+            raise DataError(
+                f"{path}: sha256 does not match {manifest_path.name}; the file is damaged "
+                f"or not the Multi30k release; replace it"
+            )
     return folder
 
 
@@ -222,38 +237,58 @@ def load_split(cfg: DataConfig, split: str) -> tuple[list[str], list[str]]:
     return (src, tgt) if cfg.corpus == "toy" else read_parallel(src, tgt)
 
 
-def drop_long_pairs(src_ids: list[list[int]], tgt_ids: list[list[int]], max_len: int
-                    ) -> tuple[list[list[int]], list[list[int]]]:
+def drop_long_pairs(
+    src_ids: list[list[int]], tgt_ids: list[list[int]], max_len: int
+) -> tuple[list[list[int]], list[list[int]]]:
     """Keep pairs with 1..max_len pieces on both sides; log how many were dropped."""
-    keep = [i for i, (s, t) in enumerate(zip(src_ids, tgt_ids)) if 0 < len(s) <= max_len and 0 < len(t) <= max_len]
+    keep = [
+        i for i, (s, t) in enumerate(zip(src_ids, tgt_ids)) if 0 < len(s) <= max_len and 0 < len(t) <= max_len
+    ]
     dropped = len(src_ids) - len(keep)
     if not keep:
-        raise DataError(f"no training pairs left: all {dropped} are empty or longer than data.max_len={max_len} "
-                        f"pieces; raise data.max_len")
-    log.info("kept %d training pairs, dropped %d (empty or longer than %d pieces)", len(keep), dropped, max_len)
+        raise DataError(
+            f"no training pairs left: all {dropped} are empty or longer than data.max_len={max_len} "
+            f"pieces; raise data.max_len"
+        )
+    log.info(
+        "kept %d training pairs, dropped %d (empty or longer than %d pieces)", len(keep), dropped, max_len
+    )
     return [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
 
 
 @dataclass
 class Batch:
     """A padded batch. Masks: True = real token."""
-    src: Tensor       # (B, S) source ids + eos
+
+    src: Tensor  # (B, S) source ids + eos
     src_mask: Tensor  # (B, S) bool
-    tgt_in: Tensor    # (B, T) bos + target ids
-    tgt_out: Tensor   # (B, T) target ids + eos
+    tgt_in: Tensor  # (B, T) bos + target ids
+    tgt_out: Tensor  # (B, T) target ids + eos
     tgt_mask: Tensor  # (B, T) bool, real positions of tgt_in (= of tgt_out)
-    ntokens: int      # non-pad tokens in tgt_out
+    ntokens: int  # non-pad tokens in tgt_out
 
     def to(self, device: torch.device | str) -> Batch:
         """A copy on `device`; from pinned memory (see `pin_memory`) the copy to a GPU is asynchronous."""
         move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
-        return Batch(move(self.src), move(self.src_mask), move(self.tgt_in), move(self.tgt_out),
-                     move(self.tgt_mask), self.ntokens)
+        return Batch(
+            move(self.src),
+            move(self.src_mask),
+            move(self.tgt_in),
+            move(self.tgt_out),
+            move(self.tgt_mask),
+            self.ntokens,
+        )
 
     def pin_memory(self) -> Batch:
         pin = lambda t: t.pin_memory()  # noqa: E731
-        return Batch(pin(self.src), pin(self.src_mask), pin(self.tgt_in), pin(self.tgt_out), pin(self.tgt_mask),
-                     self.ntokens)
+        return Batch(
+            pin(self.src),
+            pin(self.src_mask),
+            pin(self.tgt_in),
+            pin(self.tgt_out),
+            pin(self.tgt_mask),
+            self.ntokens,
+        )
 
 
 def pad(seqs: list[list[int]]) -> tuple[Tensor, Tensor]:
@@ -276,8 +311,9 @@ def make_batch(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
     return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask, int(tgt_mask.sum()))
 
 
-def token_batches(src_lens: list[int], tgt_lens: list[int], max_tokens: int,
-                  rng: random.Random | None = None) -> list[list[int]]:
+def token_batches(
+    src_lens: list[int], tgt_lens: list[int], max_tokens: int, rng: random.Random | None = None
+) -> list[list[int]]:
     """Group sentence indices into batches of similar length.
 
     A batch's cost is sentences x longest side (source or target, padding included), as in fairseq's
@@ -286,8 +322,9 @@ def token_batches(src_lens: list[int], tgt_lens: list[int], max_tokens: int,
     """
     ties = [rng.random() for _ in src_lens] if rng else [0.0] * len(src_lens)
     # grouping by the longer side first matches the cost and keeps padding under 5% on Multi30k
-    order = sorted(range(len(src_lens)),
-                   key=lambda i: (max(src_lens[i], tgt_lens[i]), src_lens[i], tgt_lens[i], ties[i]))
+    order = sorted(
+        range(len(src_lens)), key=lambda i: (max(src_lens[i], tgt_lens[i]), src_lens[i], tgt_lens[i], ties[i])
+    )
     batches: list[list[int]] = []
     current: list[int] = []
     longest = 0
@@ -305,8 +342,9 @@ def token_batches(src_lens: list[int], tgt_lens: list[int], max_tokens: int,
     return batches
 
 
-def epoch_batches(src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens: int, seed: int,
-                  epoch: int) -> list[Batch]:
+def epoch_batches(
+    src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens: int, seed: int, epoch: int
+) -> list[Batch]:
     """The training batches of one epoch; the same (seed, epoch) always gives the same batches."""
     rng = random.Random(seed * 100_003 + epoch)
     groups = token_batches([len(s) + 1 for s in src_ids], [len(t) + 1 for t in tgt_ids], max_tokens, rng)

@@ -2,6 +2,7 @@
 
 Works on id tensors only; text, tokenization and batching of lines live in `evaluate`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,15 +10,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from mt.config import DecodeConfig
 from mt.model import KVCache, Seq2Seq
 from mt.tokenizer import BOS, EOS, PAD
 
 
 @dataclass
 class Hypothesis:
-    tokens: list[int]   # without bos and eos
-    score: float        # log-probability / length penalty: what beams are ranked by
-    logprob: float      # total log-probability, eos included when it was emitted
+    tokens: list[int]  # without bos and eos
+    score: float  # log-probability / length penalty: what beams are ranked by
+    logprob: float  # total log-probability, eos included when it was emitted
 
 
 def max_output_lengths(src_mask: Tensor, a: float, b: int, limit: int) -> Tensor:
@@ -26,8 +28,14 @@ def max_output_lengths(src_mask: Tensor, a: float, b: int, limit: int) -> Tensor
 
 
 @torch.inference_mode()
-def greedy_decode(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float = 1.5,
-                  max_len_b: int = 10, use_cache: bool = True) -> list[Hypothesis]:
+def greedy_decode(
+    model: Seq2Seq,
+    src: Tensor,
+    src_mask: Tensor,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    use_cache: bool = True,
+) -> list[Hypothesis]:
     """Batched greedy search; each sentence stops at eos or at its own length limit.
 
     Finished sentences leave the batch (once a quarter of it has finished), so later steps compute
@@ -40,36 +48,48 @@ def greedy_decode(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
         B hypotheses; score = logprob (greedy does not normalise by length).
     """
     B, device = src.size(0), src.device
-    memory = model.encode(src, src_mask)                                    # (B, S, D)
+    memory = model.encode(src, src_mask)  # (B, S, D)
     cache = KVCache(len(model.decoder)) if use_cache else None
     limits = max_output_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
     steps = int(limits.max())
-    out_tokens = torch.full((B, steps + 1), PAD, dtype=torch.long, device=device)  # (B, 1 + steps) by input row
+    out_tokens = torch.full(
+        (B, steps + 1), PAD, dtype=torch.long, device=device
+    )  # (B, 1 + steps) by input row
     out_tokens[:, 0] = BOS
     out_logprob = torch.zeros(B, device=device)
-    rows = torch.arange(B, device=device)                                  # input row of each active row
-    tokens, logprob = out_tokens.clone(), out_logprob.clone()              # of the active rows
+    rows = torch.arange(B, device=device)  # input row of each active row
+    tokens, logprob = out_tokens.clone(), out_logprob.clone()  # of the active rows
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     for t in range(1, steps + 1):
-        step_in = tokens[:, t - 1: t] if use_cache else tokens[:, :t]      # (b, 1) or (b, t)
-        logits, cache = model.decode(step_in, memory, src_mask, cache)    # (b, 1|t, V)
-        last = logits[:, -1].float()                                        # (b, V)
-        best, next_token = last.max(dim=-1)                                 # (b,) each
-        logprob += (best - torch.logsumexp(last, dim=-1)).masked_fill(finished, 0.0)  # log-softmax of the best
+        step_in = tokens[:, t - 1 : t] if use_cache else tokens[:, :t]  # (b, 1) or (b, t)
+        logits, cache = model.decode(step_in, memory, src_mask, cache)  # (b, 1|t, V)
+        last = logits[:, -1].float()  # (b, V)
+        best, next_token = last.max(dim=-1)  # (b,) each
+        logprob += (best - torch.logsumexp(last, dim=-1)).masked_fill(
+            finished, 0.0
+        )  # log-softmax of the best
         tokens[:, t] = next_token.masked_fill(finished, PAD)
         finished |= (next_token == EOS) | (limits <= t)
-        n_finished = int(finished.sum())                                    # the step's one host sync
+        n_finished = int(finished.sum())  # the step's one host sync
         if n_finished == finished.numel():
             break
         if 4 * n_finished >= finished.numel():  # compact only now and then: it copies the cache
             out_tokens[rows], out_logprob[rows] = tokens, logprob
-            keep = (~finished).nonzero().flatten()                          # (b',)
-            rows, tokens, logprob, limits, finished = rows[keep], tokens[keep], logprob[keep], limits[keep], finished[keep]
+            keep = (~finished).nonzero().flatten()  # (b',)
+            rows, tokens, logprob, limits, finished = (
+                rows[keep],
+                tokens[keep],
+                logprob[keep],
+                limits[keep],
+                finished[keep],
+            )
             memory, src_mask = memory[keep], src_mask[keep]
             if cache is not None:
                 cache.reorder(keep, keep)
     out_tokens[rows], out_logprob[rows] = tokens, logprob
-    return [Hypothesis(_strip(ids), lp, lp) for ids, lp in zip(out_tokens[:, 1:].tolist(), out_logprob.tolist())]
+    return [
+        Hypothesis(_strip(ids), lp, lp) for ids, lp in zip(out_tokens[:, 1:].tolist(), out_logprob.tolist())
+    ]
 
 
 def _strip(ids: list[int]) -> list[int]:
@@ -94,40 +114,48 @@ class _Beams:
     """
 
     def __init__(self, B: int, K: int, limits: Tensor, alpha: float, device: torch.device):
-        self.K, self.k, self.alpha, self.limits = K, 1, alpha, limits           # limits (B,)
+        self.K, self.k, self.alpha, self.limits = K, 1, alpha, limits  # limits (B,)
         self.steps = int(limits.max())
-        self.sentence = torch.arange(B, device=device)                       # (B,) input index of each sentence
-        self.tokens = torch.full((B, self.steps + 1), PAD, dtype=torch.long, device=device)  # (B*k, 1 + steps)
+        self.sentence = torch.arange(B, device=device)  # (B,) input index of each sentence
+        self.tokens = torch.full(
+            (B, self.steps + 1), PAD, dtype=torch.long, device=device
+        )  # (B*k, 1 + steps)
         self.tokens[:, 0] = BOS
-        self.scores = torch.zeros(B, 1, device=device)                       # (B, k) summed log-probs
-        self.done = torch.zeros(B, dtype=torch.bool, device=device)          # (B,)
+        self.scores = torch.zeros(B, 1, device=device)  # (B, k) summed log-probs
+        self.done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
         # finished hypotheses by input sentence: fewer than K before a step, at most K more in it,
         # and slot 2K takes the writes of candidates that did not finish
-        self.n_finished = torch.zeros(B, dtype=torch.long, device=device)     # (B,)
+        self.n_finished = torch.zeros(B, dtype=torch.long, device=device)  # (B,)
         self.fin_tokens = torch.full((B, 2 * K + 1, self.steps), PAD, dtype=torch.long, device=device)
         self.fin_logprob = torch.zeros(B, 2 * K + 1, device=device)
-        self.fin_length = torch.zeros(B, 2 * K + 1, dtype=torch.long, device=device)  # tokens, eos not counted
-        self.fin_step = torch.zeros(B, 2 * K + 1, dtype=torch.long, device=device)  # eos counted: the penalty's length
+        self.fin_length = torch.zeros(
+            B, 2 * K + 1, dtype=torch.long, device=device
+        )  # tokens, eos not counted
+        self.fin_step = torch.zeros(
+            B, 2 * K + 1, dtype=torch.long, device=device
+        )  # eos counted: the penalty's length
 
     def candidates(self, lprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """lprobs (B*k, V) -> the 2K best (score, beam, token) per sentence, each (B, 2K)."""
         V = lprobs.size(-1)
-        total = (self.scores.view(-1, 1) + lprobs).view(-1, self.k * V)     # (B, k*V)
-        top, flat = total.topk(min(2 * self.K, self.k * V), dim=1)          # (B, 2K)
+        total = (self.scores.view(-1, 1) + lprobs).view(-1, self.k * V)  # (B, k*V)
+        top, flat = total.topk(min(2 * self.K, self.k * V), dim=1)  # (B, 2K)
         return top, flat // V, flat % V
 
     def finish(self, top: Tensor, beam: Tensor, token: Tensor, t: int) -> None:
         """Store eos candidates ranked within the top K (and all beams at the limit) as finished."""
         B, W = top.shape
-        in_top_k = torch.arange(W, device=top.device) < self.K                # (2K,)
-        at_limit = self.limits <= t                                           # (B,)
-        ended = token == EOS                                                  # (B, 2K)
+        in_top_k = torch.arange(W, device=top.device) < self.K  # (2K,)
+        at_limit = self.limits <= t  # (B,)
+        ended = token == EOS  # (B, 2K)
         final = (ended | at_limit[:, None]) & in_top_k & (top > float("-inf"))  # (B, 2K)
-        n_finished = self.n_finished[self.sentence]                           # (B,)
+        n_finished = self.n_finished[self.sentence]  # (B,)
         slot = torch.where(final, n_finished[:, None] + final.cumsum(1) - 1, 2 * self.K)  # (B, 2K)
-        rows = beam + self.k * torch.arange(B, device=top.device)[:, None]     # (B, 2K)
-        ids = torch.cat([self.tokens[rows, 1:t], token.masked_fill(ended, PAD)[..., None]], dim=2)  # (B, 2K, t)
-        sentence = self.sentence[:, None]                                     # (B, 1)
+        rows = beam + self.k * torch.arange(B, device=top.device)[:, None]  # (B, 2K)
+        ids = torch.cat(
+            [self.tokens[rows, 1:t], token.masked_fill(ended, PAD)[..., None]], dim=2
+        )  # (B, 2K, t)
+        sentence = self.sentence[:, None]  # (B, 1)
         self.fin_tokens[:, :, :t][sentence, slot] = ids
         self.fin_logprob[sentence, slot] = top
         self.fin_length[sentence, slot] = t - ended.long()
@@ -142,14 +170,14 @@ class _Beams:
         alive: (B',) the sentences not done. Returns the rows (B'*K,) of the old B*k layout that the
         new rows come from.
         """
-        top, beam, token = top[alive], beam[alive], token[alive]            # (B', 2K) each
+        top, beam, token = top[alive], beam[alive], token[alive]  # (B', 2K) each
         W = top.size(1)
         rank = torch.where(token == EOS, W, 0) + torch.arange(W, device=top.device)  # (B', 2K)
-        keep = rank.topk(self.K, dim=1, largest=False).indices              # (B', K) first K non-eos
-        rows = (beam.gather(1, keep) + self.k * alive[:, None]).view(-1)    # (B'*K,)
-        self.tokens = self.tokens[rows]                                     # (B'*K, 1 + steps)
+        keep = rank.topk(self.K, dim=1, largest=False).indices  # (B', K) first K non-eos
+        rows = (beam.gather(1, keep) + self.k * alive[:, None]).view(-1)  # (B'*K,)
+        self.tokens = self.tokens[rows]  # (B'*K, 1 + steps)
         self.tokens[:, t] = token.gather(1, keep).view(-1)
-        self.scores = top.gather(1, keep)                                   # (B', K)
+        self.scores = top.gather(1, keep)  # (B', K)
         self.limits, self.sentence = self.limits[alive], self.sentence[alive]
         self.k = self.K
         return rows
@@ -157,19 +185,33 @@ class _Beams:
     def hypotheses(self, n_best: int) -> list[list[Hypothesis]]:
         """The n_best finished hypotheses of each input sentence, best first (ties: first finished)."""
         found = []
-        for n, ids, length, step, logprob in zip(self.n_finished.tolist(), self.fin_tokens.tolist(),
-                                                 self.fin_length.tolist(), self.fin_step.tolist(),
-                                                 self.fin_logprob.tolist()):
-            hyps = [Hypothesis(ids[j][:length[j]], logprob[j] / length_penalty(step[j], self.alpha), logprob[j])
-                    for j in range(n)]
+        for n, ids, length, step, logprob in zip(
+            self.n_finished.tolist(),
+            self.fin_tokens.tolist(),
+            self.fin_length.tolist(),
+            self.fin_step.tolist(),
+            self.fin_logprob.tolist(),
+        ):
+            hyps = [
+                Hypothesis(ids[j][: length[j]], logprob[j] / length_penalty(step[j], self.alpha), logprob[j])
+                for j in range(n)
+            ]
             found.append(sorted(hyps, key=lambda h: -h.score)[:n_best])
         return found
 
 
 @torch.inference_mode()
-def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam: int = 5, max_len_a: float = 1.5,
-                max_len_b: int = 10, alpha: float = 1.0, n_best: int = 1,
-                use_cache: bool = True) -> list[list[Hypothesis]]:
+def beam_search(
+    model: Seq2Seq,
+    src: Tensor,
+    src_mask: Tensor,
+    beam: int = 5,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    alpha: float = 1.0,
+    n_best: int = 1,
+    use_cache: bool = True,
+) -> list[list[Hypothesis]]:
     """Batched beam search on the KV cache, over a flattened (B*K) batch whose K rows of a sentence
     share its memory.
 
@@ -184,17 +226,17 @@ def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam: int = 5, ma
     Returns:
         for each sentence, its n_best hypotheses, best first.
     """
-    memory = model.encode(src, src_mask)                                     # (B, S, D): shared by the beams
+    memory = model.encode(src, src_mask)  # (B, S, D): shared by the beams
     limits = max_output_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
     beams = _Beams(src.size(0), beam, limits, alpha, src.device)
     cache = KVCache(len(model.decoder)) if use_cache else None
     for t in range(1, beams.steps + 1):
-        step_in = beams.tokens[:, t - 1: t] if use_cache else beams.tokens[:, :t]  # (B*k, 1) or (B*k, t)
-        logits, cache = model.decode(step_in, memory, src_mask, cache)          # (B*k, 1|t, V)
-        lprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)               # (B*k, V)
+        step_in = beams.tokens[:, t - 1 : t] if use_cache else beams.tokens[:, :t]  # (B*k, 1) or (B*k, t)
+        logits, cache = model.decode(step_in, memory, src_mask, cache)  # (B*k, 1|t, V)
+        lprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B*k, V)
         top, beam_idx, token = beams.candidates(lprobs)
         beams.finish(top, beam_idx, token, t)
-        alive = (~beams.done).nonzero().flatten()                               # the step's one host sync
+        alive = (~beams.done).nonzero().flatten()  # the step's one host sync
         if alive.numel() == 0:
             break
         dropped = alive.numel() < beams.done.numel()
@@ -204,3 +246,23 @@ def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam: int = 5, ma
         if cache is not None:
             cache.reorder(rows, alive if dropped else None)
     return beams.hypotheses(n_best)
+
+
+def search(
+    model: Seq2Seq, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, use_cache: bool = True
+) -> list[list[Hypothesis]]:
+    """The one entry to decoding: cfg.n_best hypotheses per sentence of src (B, S), by greedy search
+    when cfg.beam == 1, else by beam search, both within cfg's length limit."""
+    if cfg.beam == 1:
+        return [[h] for h in greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b, use_cache)]
+    return beam_search(
+        model,
+        src,
+        src_mask,
+        cfg.beam,
+        cfg.max_len_a,
+        cfg.max_len_b,
+        cfg.length_penalty,
+        cfg.n_best,
+        use_cache,
+    )

@@ -5,6 +5,7 @@ collectives the training loop needs; and how it is asked to stop (Ctrl-C, SIGTER
 WORLD_SIZE and LOCAL_RANK tell each which it is. Without torchrun, WORLD_SIZE is absent and every
 helper here is a no-op for a single process, so the training loop has one code path.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -63,9 +64,13 @@ def native_precisions(device: torch.device) -> list[str]:
     """The train.precision values this device runs at full speed: on a CPU, bf16 needs AVX512-BF16 or
     AMX (elsewhere oneDNN falls back to a path ~10x slower than fp32); fp16 and tf32 are CUDA's."""
     if device.type == "cuda":
-        return ["fp32", "tf32", "bf16", "fp16"] if torch.cuda.is_bf16_supported() else ["fp32", "tf32", "fp16"]
-    native_bf16 = any(getattr(torch.cpu, name, lambda: False)()
-                      for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+        return (
+            ["fp32", "tf32", "bf16", "fp16"] if torch.cuda.is_bf16_supported() else ["fp32", "tf32", "fp16"]
+        )
+    native_bf16 = any(
+        getattr(torch.cpu, name, lambda: False)()
+        for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    )
     return ["fp32", "bf16"] if native_bf16 else ["fp32"]
 
 
@@ -74,8 +79,12 @@ def set_precision(device: torch.device, precision: str) -> None:
     device only emulates is said once. torch >= 2.9 sets TF32 through fp32_precision, older torch
     through allow_tf32: the two must not be mixed."""
     if precision not in native_precisions(device):
-        log.warning("train.precision %s is not native on this %s (native: %s): it runs far slower than fp32",
-                    precision, device.type.upper(), ", ".join(native_precisions(device)))
+        log.warning(
+            "train.precision %s is not native on this %s (native: %s): it runs far slower than fp32",
+            precision,
+            device.type.upper(),
+            ", ".join(native_precisions(device)),
+        )
     if device.type != "cuda":
         return
     if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
@@ -94,8 +103,10 @@ def start(ranks: Ranks, device: str, backend: str) -> torch.device:
     if backend == "nccl" and not use_cuda:
         raise ConfigError("train.dist_backend: nccl needs train.device cuda (or auto on a GPU machine)")
     if use_cuda and ranks.local_rank >= gpus:
-        raise ConfigError(f"torchrun started more processes on this node than there are GPUs ({gpus} visible, "
-                          f"local rank {ranks.local_rank}); use --nproc_per_node {gpus} or fewer")
+        raise ConfigError(
+            f"torchrun started more processes on this node than there are GPUs ({gpus} visible, "
+            f"local rank {ranks.local_rank}); use --nproc_per_node {gpus} or fewer"
+        )
     target = torch.device("cuda", ranks.local_rank) if use_cuda else torch.device("cpu")
     if ranks.enabled and not dist.is_initialized():
         if use_cuda:
@@ -110,8 +121,14 @@ def stop() -> None:
         dist.destroy_process_group()
 
 
-COMMUNICATION_ERRORS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL",
-                        "timed out", "Timed out")
+COMMUNICATION_ERRORS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "NCCL",
+    "timed out",
+    "Timed out",
+)
 
 
 @contextlib.contextmanager
@@ -121,12 +138,15 @@ def peers_lost():
     try:
         yield
     except (RuntimeError, ConnectionError) as e:
-        if not dist.is_initialized() or not (isinstance(e, dist.DistError) or
-                                             any(s in str(e) for s in COMMUNICATION_ERRORS)):
+        if not dist.is_initialized() or not (
+            isinstance(e, dist.DistError) or any(s in str(e) for s in COMMUNICATION_ERRORS)
+        ):
             raise
         first = re.sub(r"^\[[^\]]*\] ", "", str(e).strip().splitlines()[0])[:160]
-        raise RankFailure(f"lost contact with the other processes ({first}); another rank probably failed: "
-                          f"see its error above") from None
+        raise RankFailure(
+            f"lost contact with the other processes ({first}); another rank probably failed: "
+            f"see its error above"
+        ) from None
 
 
 def _collective(fn, *args, **kwargs):

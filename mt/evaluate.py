@@ -2,6 +2,7 @@
 files and the run card); and the attention of translations
 (encoder self-, decoder self- and cross-attention) for `mt attention` and `mt serve`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,10 +17,10 @@ from torch import Tensor
 from mt.card import code_version, config_section, hardware, read_card, result_key, update_card
 from mt.config import DecodeConfig, RunConfig
 from mt.data import load_split, make_batch, normalize, read_parallel, source_batch
-from mt.decode import beam_search, greedy_decode
+from mt.decode import search
 from mt.distributed import resolve_device
 from mt.files import write_text
-from mt.model import Seq2Seq, count_parameters
+from mt.model import Seq2Seq, count_parameters, decoder_self_mask
 from mt.rundir import checkpoint_path, load_run, read_metrics
 from mt.tokenizer import PAD, Tokenizer
 from mt.translate import score, translate_lines
@@ -29,8 +30,14 @@ def lines_sha256(lines: list[str]) -> str:
     return hashlib.sha256("".join(line + "\n" for line in lines).encode()).hexdigest()
 
 
-def evaluate_run(run_dir: str | Path, split: str = "test", device: str = "auto", overrides: list[str] = (),
-                 checkpoint: str = "best", files: tuple[str, str] | None = None) -> dict:
+def evaluate_run(
+    run_dir: str | Path,
+    split: str = "test",
+    device: str = "auto",
+    overrides: list[str] = (),
+    checkpoint: str = "best",
+    files: tuple[str, str] | None = None,
+) -> dict:
     """Translate a corpus split (or `files`: a source and a reference file) with a checkpoint and score
     it; write DIR/eval-<key>.json, the translations (hyp-<key>.txt), the references (ref-<name>.txt, for
     `mt report`), and the card's results. <key> names the data and the decoding setting: test,
@@ -44,14 +51,24 @@ def evaluate_run(run_dir: str | Path, split: str = "test", device: str = "auto",
     rows = read_metrics(run_dir / "metrics.jsonl") if "training" not in card else []
     path = checkpoint_path(run_dir, checkpoint)
     cfg, tokenizer, model = load_run(run_dir, str(path), overrides)
-    name, (src, ref) = (Path(files[0]).name, read_parallel(*map(Path, files))) if files else \
-        (split, load_split(cfg.data, split))
+    name, (src, ref) = (
+        (Path(files[0]).name, read_parallel(*map(Path, files)))
+        if files
+        else (split, load_split(cfg.data, split))
+    )
     dev = resolve_device(device)
     hyps = translate_lines(model.to(dev), tokenizer, src, cfg.decode, dev, max_source_pieces=cfg.data.max_len)
     key = result_key(name, cfg.decode.beam, cfg.decode.length_penalty, path.stem)
-    result = {"split": name, "checkpoint": str(path), "beam": cfg.decode.beam,
-              "length_penalty": cfg.decode.length_penalty, **score(hyps, ref), "refs_sha256": lines_sha256(ref),
-              "hyp_file": f"hyp-{key}.txt", "ref_file": f"ref-{name}.txt"}
+    result = {
+        "split": name,
+        "checkpoint": str(path),
+        "beam": cfg.decode.beam,
+        "length_penalty": cfg.decode.length_penalty,
+        **score(hyps, ref),
+        "refs_sha256": lines_sha256(ref),
+        "hyp_file": f"hyp-{key}.txt",
+        "ref_file": f"ref-{name}.txt",
+    }
     written = [run_dir / result["hyp_file"], run_dir / result["ref_file"], run_dir / f"eval-{key}.json"]
     write_text(written[0], "".join(h + "\n" for h in hyps))
     write_text(written[1], "".join(r + "\n" for r in ref))
@@ -66,56 +83,104 @@ def describe_untracked_run(rows: list[dict], cfg: RunConfig, model: Seq2Seq) -> 
     tokens/s is the mean of the logged windows, and code/hardware are those of this evaluation."""
     logs, vals = [r for r in rows if "loss" in r], [r for r in rows if "val_bleu" in r]
     best = max(vals, key=lambda r: r["val_bleu"], default={})
-    training = {"steps": max((r["step"] for r in rows), default=0),
-                "epochs": max((r.get("epoch", 0) for r in logs), default=0),
-                "wall_s": max((r["elapsed_s"] for r in rows if "elapsed_s" in r), default=None), "train_s": None,
-                "tokens_per_s": round(sum(r["tokens_per_s"] for r in logs) / max(len(logs), 1), 1),
-                "best_step": best.get("step"), "best_val_bleu": best.get("val_bleu"),
-                "best_val_chrf": best.get("val_chrf"), "stopped": "", "rebuilt_from_metrics": True}
-    return {"config": config_section(cfg), "parameters": count_parameters(model),
-            "precision": cfg.train.precision, "code": {**code_version(), "recorded_by": "evaluate"},
-            "hardware": hardware(resolve_device("auto")), "training": training}
+    training = {
+        "steps": max((r["step"] for r in rows), default=0),
+        "epochs": max((r.get("epoch", 0) for r in logs), default=0),
+        "wall_s": max((r["elapsed_s"] for r in rows if "elapsed_s" in r), default=None),
+        "train_s": None,
+        "tokens_per_s": round(sum(r["tokens_per_s"] for r in logs) / max(len(logs), 1), 1),
+        "best_step": best.get("step"),
+        "best_val_bleu": best.get("val_bleu"),
+        "best_val_chrf": best.get("val_chrf"),
+        "stopped": "",
+        "rebuilt_from_metrics": True,
+    }
+    return {
+        "config": config_section(cfg),
+        "parameters": count_parameters(model),
+        "precision": cfg.train.precision,
+        "code": {**code_version(), "recorded_by": "evaluate"},
+        "hardware": hardware(resolve_device("auto")),
+        "training": training,
+    }
 
 
 class AttentionMap(NamedTuple):
     """One sentence's attention in a teacher-forced pass over its batch (padded to the batch's longest)."""
+
     translation: str
-    source: list[str]        # source positions (S): pieces, "</s>", then "<pad>"s
-    target: list[str]        # decoder input positions (T): "<s>", pieces of the translation, then "<pad>"s
-    predicted: list[str]     # what each decoder position predicts (T): pieces, "</s>", then "<pad>"s
+    source: list[str]  # source positions (S): pieces, "</s>", then "<pad>"s
+    target: list[str]  # decoder input positions (T): "<s>", pieces of the translation, then "<pad>"s
+    predicted: list[str]  # what each decoder position predicts (T): pieces, "</s>", then "<pad>"s
     source_mask: list[bool]  # (S,) True = real token, as the model's masks
     target_mask: list[bool]  # (T,)
-    encoder: list[Tensor]    # per encoder layer: (H, S, S) self-attention probabilities
-    decoder: list[Tensor]    # per decoder layer: (H, T, T) self-attention (causal and padding masks)
-    cross: list[Tensor]      # per decoder layer: (H, T, S) cross-attention
+    encoder: list[Tensor]  # per encoder layer: (H, S, S) self-attention probabilities
+    decoder: list[Tensor]  # per decoder layer: (H, T, T) self-attention (causal and padding masks)
+    cross: list[Tensor]  # per decoder layer: (H, T, S) cross-attention
 
 
 @torch.inference_mode()
-def attention_maps(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: DecodeConfig,
-                   device: torch.device | str = "cpu") -> list[AttentionMap]:
+def attention_maps(
+    model: Seq2Seq,
+    tokenizer: Tokenizer,
+    lines: list[str],
+    cfg: DecodeConfig,
+    device: torch.device | str = "cpu",
+) -> list[AttentionMap]:
     """Translate lines as one batch (the 1-best of cfg's search; sources cut to the model's positions)
     and return each one's attention of every kind and layer, padding included."""
     model.eval()
     limit = model.cfg.max_positions - 1
     ids = [x[:limit] for x in tokenizer.encode([normalize(line) for line in lines])]
     src, src_mask = (t.to(device) for t in source_batch(ids))
-    if cfg.beam == 1:
-        hyps = [h.tokens for h in greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b)]
-    else:
-        hyps = [h[0].tokens for h in beam_search(model, src, src_mask, cfg.beam, cfg.max_len_a, cfg.max_len_b,
-                                                  cfg.length_penalty, 1)]
+    hyps = [h[0].tokens for h in search(model, src, src_mask, dataclasses.replace(cfg, n_best=1))]
     hyps = [hyp if source else [] for source, hyp in zip(ids, hyps)]  # as translate: empty in, empty out
     batch = make_batch(ids, hyps)
     found = model.attention(src, src_mask, batch.tgt_in.to(device), batch.tgt_mask.to(device))
     piece = lambda seq: [tokenizer.sp.id_to_piece(i) if i != PAD else "<pad>" for i in seq.tolist()]  # noqa: E731
     texts = tokenizer.decode(hyps)
-    return [AttentionMap(texts[b], piece(src[b]), piece(batch.tgt_in[b]), piece(batch.tgt_out[b]),
-                         src_mask[b].tolist(), batch.tgt_mask[b].tolist(),
-                         *([w[b].cpu() for w in found[kind]] for kind in ("encoder", "decoder", "cross")))
-            for b in range(len(lines))]
+    return [
+        AttentionMap(
+            texts[b],
+            piece(src[b]),
+            piece(batch.tgt_in[b]),
+            piece(batch.tgt_out[b]),
+            src_mask[b].tolist(),
+            batch.tgt_mask[b].tolist(),
+            *([w[b].cpu() for w in found[kind]] for kind in ("encoder", "decoder", "cross")),
+        )
+        for b in range(len(lines))
+    ]
 
 
-def attention_for(model: Seq2Seq, tokenizer: Tokenizer, line: str, cfg: DecodeConfig,
-                  device: torch.device | str = "cpu") -> AttentionMap:
+def attention_for(
+    model: Seq2Seq, tokenizer: Tokenizer, line: str, cfg: DecodeConfig, device: torch.device | str = "cpu"
+) -> AttentionMap:
     """Greedy-translate one line and return its attention (`mt attention` plots the cross-attention)."""
     return attention_maps(model, tokenizer, [line], dataclasses.replace(cfg, beam=1), device)[0]
+
+
+def attention_json(found, heads: int) -> dict:
+    """An AttentionMap as JSON: tokens, masks (True = may attend, the model's own), and the
+    probabilities per kind as [layer][head][query][key], to 4 decimals."""
+    T, S = len(found.target), len(found.source)
+    src_mask, tgt_mask = torch.tensor(found.source_mask), torch.tensor(found.target_mask)
+    masks = {
+        "encoder": src_mask.expand(S, S),
+        "cross": src_mask.expand(T, S),
+        "decoder": decoder_self_mask(T, tgt_mask[None])[0, 0],
+    }  # (S, S), (T, S), (T, T)
+    rounded = lambda layers: [(w.double() * 1e4).round().div(1e4).tolist() for w in layers]  # noqa: E731
+    return {
+        "translation": found.translation,
+        "source": found.source,
+        "target": found.target,
+        "predicted": found.predicted,
+        "source_mask": found.source_mask,
+        "target_mask": found.target_mask,
+        "heads": heads,
+        "masks": {k: m.tolist() for k, m in masks.items()},
+        "encoder": rounded(found.encoder),
+        "decoder": rounded(found.decoder),
+        "cross": rounded(found.cross),
+    }

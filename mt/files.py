@@ -3,6 +3,7 @@
 `atomic_write` writes to a temporary file in the same folder, fsyncs it, renames it over the target and
 fsyncs the folder, so a crash at any point leaves either the old file or the new one, never a mix.
 """
+
 from __future__ import annotations
 
 import contextlib

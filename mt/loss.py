@@ -2,6 +2,7 @@
 written out by hand: the loss is the largest single cost of a CPU training step at V = 8000), and the
 teacher-forced loss of a batch under train.precision's autocast.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,9 +23,9 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
-        lse = torch.logsumexp(logits, dim=-1)                            # (N,)
-        nll = lse - logits.gather(1, target[:, None]).squeeze(1)         # (N,)
-        uniform = lse - logits.mean(dim=-1)                              # (N,) mean over V of -log p
+        lse = torch.logsumexp(logits, dim=-1)  # (N,)
+        nll = lse - logits.gather(1, target[:, None]).squeeze(1)  # (N,)
+        uniform = lse - logits.mean(dim=-1)  # (N,) mean over V of -log p
         ctx.save_for_backward(logits, target)
         ctx.epsilon = epsilon
         return (1.0 - epsilon) * nll + epsilon * uniform, nll
@@ -33,7 +34,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, grad_nll: Tensor):
         logits, target = ctx.saved_tensors
         eps, V = ctx.epsilon, logits.size(1)
-        grad = torch.softmax(logits, dim=-1)                             # (N, V)
+        grad = torch.softmax(logits, dim=-1)  # (N, V)
         grad.mul_((grad_loss + grad_nll)[:, None]).sub_((eps / V) * grad_loss[:, None])
         grad.scatter_add_(1, target[:, None], (-(1.0 - eps) * grad_loss - grad_nll)[:, None])
         return grad, None, None

@@ -8,6 +8,7 @@ cross-attention, and (B, 1, T, T) = target padding AND causal for decoder self-a
 `encode` and `decode` are separate calls so decoding never re-encodes. `decode` takes and returns a
 caller-owned `KVCache`; with a cache, `tgt_in` holds only the new positions.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,16 +59,20 @@ class KVCache:
         Without `sentences` every sentence keeps its cross-attention keys/values: `index` only moves
         rows among the beams of a sentence (the default, with greedy, where rows are sentences, both
         are `index`)."""
+
         def pick_positions(x: Tensor) -> Tensor:  # (B, H, L, Dh) -> (B', H, length + 1, Dh), last one empty
             out = x.new_empty(index.numel(), x.size(1), self.length + 1, x.size(3))
-            torch.index_select(x[:, :, :self.length], 0, index, out=out[:, :, :self.length])
+            torch.index_select(x[:, :, : self.length], 0, index, out=out[:, :, : self.length])
             return out
 
-        self.self_kv = [None if kv is None else (pick_positions(kv[0]), pick_positions(kv[1]))
-                        for kv in self.self_kv]
+        self.self_kv = [
+            None if kv is None else (pick_positions(kv[0]), pick_positions(kv[1])) for kv in self.self_kv
+        ]
         if sentences is not None:
-            self.cross_kv = [None if kv is None else tuple(x.index_select(0, sentences) for x in kv)
-                             for kv in self.cross_kv]
+            self.cross_kv = [
+                None if kv is None else tuple(x.index_select(0, sentences) for x in kv)
+                for kv in self.cross_kv
+            ]
 
 
 class Dropout(nn.Module):
@@ -96,7 +101,7 @@ class Dropout(nn.Module):
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
     """(n_positions, D) table: sin on even, cos on odd dimensions."""
-    position = torch.arange(n_positions).unsqueeze(1)                          # (P, 1)
+    position = torch.arange(n_positions).unsqueeze(1)  # (P, 1)
     freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))  # (D/2,)
     table = torch.zeros(n_positions, d_model)
     table[:, 0::2] = torch.sin(position * freq)
@@ -105,10 +110,11 @@ def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
 
 
 def decoder_self_mask(T: int, tgt_mask: Tensor | None, device: torch.device | str = "cpu") -> Tensor:
-    """Position i may attend to j iff j <= i and j is a real token: (1, 1, T, T), or (B, 1, T, T) with tgt_mask (B, T)."""
+    """Position i may attend to j iff j <= i and j is a real token: (1, 1, T, T), or (B, 1, T, T) with
+    tgt_mask (B, T)."""
     mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()[None, None]  # (1, 1, T, T)
     if tgt_mask is not None:
-        mask = mask & tgt_mask[:, None, None, :]                                 # (B, 1, T, T)
+        mask = mask & tgt_mask[:, None, None, :]  # (B, 1, T, T)
     return mask
 
 
@@ -139,8 +145,8 @@ class Attention(nn.Module):
 
     def weights(self, x: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
         """The attention probabilities forward() uses (without dropout): (B, H, T, L)."""
-        q = self._heads(self.q_proj(x))                                       # (B, H, T, Dh)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))              # (B, H, T, L)
+        q = self._heads(self.q_proj(x))  # (B, H, T, Dh)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (B, H, T, L)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         return scores.softmax(dim=-1)
@@ -154,14 +160,15 @@ class Attention(nn.Module):
         """
         N, T, D = x.shape
         B, H, L, Dh = k.shape
-        q = self._heads(self.q_proj(x))                                       # (N, H, T, Dh)
+        q = self._heads(self.q_proj(x))  # (N, H, T, Dh)
         if N != B:
             q = q.view(B, N // B, H, T, Dh).transpose(1, 2).reshape(B, H, N // B * T, Dh)  # (B, H, G*T, Dh)
         p = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                             is_causal=causal)                     # (B, H, G*T, Dh)
-        out = out.view(B, H, N // B, T, Dh).permute(0, 2, 3, 1, 4)             # (B, G, T, H, Dh)
-        return self.out_proj(out.reshape(N, T, D))                            # (N, T, D)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal
+        )  # (B, H, G*T, Dh)
+        out = out.view(B, H, N // B, T, Dh).permute(0, 2, 3, 1, 4)  # (B, G, T, H, Dh)
+        return self.out_proj(out.reshape(N, T, D))  # (N, T, D)
 
 
 class FeedForward(nn.Sequential):
@@ -203,25 +210,37 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
         self.cross_attn = Attention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
-        self.res_self, self.res_cross, self.res_ffn = (Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3))
+        self.res_self, self.res_cross, self.res_ffn = (
+            Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3)
+        )
 
-    def _self_attend(self, h: Tensor, mask: Tensor | None, cache: KVCache | None, i: int, causal: bool) -> Tensor:
-        k, v = self.self_attn.project_kv(h)                        # (B, H, T_new, Dh)
+    def _self_attend(
+        self, h: Tensor, mask: Tensor | None, cache: KVCache | None, i: int, causal: bool
+    ) -> Tensor:
+        k, v = self.self_attn.project_kv(h)  # (B, H, T_new, Dh)
         if cache is not None:
-            k, v = cache.append(i, k, v)                           # (B, H, t + T_new, Dh)
+            k, v = cache.append(i, k, v)  # (B, H, t + T_new, Dh)
         return self.self_attn(h, k, v, mask, causal)
 
     def _cross_attend(self, h: Tensor, memory: Tensor, mask: Tensor, cache: KVCache | None, i: int) -> Tensor:
         if cache is not None and cache.cross_kv[i] is not None:
             k, v = cache.cross_kv[i]
         else:
-            k, v = self.cross_attn.project_kv(memory)              # (B, H, S, Dh)
+            k, v = self.cross_attn.project_kv(memory)  # (B, H, S, Dh)
             if cache is not None:
                 cache.cross_kv[i] = (k, v)
         return self.cross_attn(h, k, v, mask)
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, self_mask: Tensor | None,
-                cache: KVCache | None, i: int, causal: bool = False) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        self_mask: Tensor | None,
+        cache: KVCache | None,
+        i: int,
+        causal: bool = False,
+    ) -> Tensor:
         """x (B, T, D), memory (B, S, D), src_mask (B, 1, 1, S), self_mask (B, 1, T, T) or None with
         `causal` (SDPA's own causal flag) -> (B, T, D)."""
         x = self.res_self(x, lambda h: self._self_attend(h, self_mask, cache, i, causal))
@@ -253,7 +272,7 @@ class Seq2Seq(nn.Module):
     def _init_weights(self) -> None:
         for name, p in self.named_parameters():
             if "embed" in name:
-                nn.init.normal_(p, mean=0.0, std=self.cfg.d_model ** -0.5)
+                nn.init.normal_(p, mean=0.0, std=self.cfg.d_model**-0.5)
             elif p.dim() == 2:
                 nn.init.xavier_uniform_(p)
             elif name.endswith("bias") and "norm" not in name:
@@ -262,20 +281,28 @@ class Seq2Seq(nn.Module):
     def _embed(self, embed: nn.Embedding, ids: Tensor, offset: int) -> Tensor:
         """ids (B, L) -> (B, L, D): scaled token embedding + sinusoidal position from `offset`."""
         L = ids.size(1)
-        assert offset + L <= self.cfg.max_positions, f"length {offset + L} > max_positions {self.cfg.max_positions}"
-        x = embed(ids) * math.sqrt(self.cfg.d_model) + self.positions[offset: offset + L]
+        assert offset + L <= self.cfg.max_positions, (
+            f"length {offset + L} > max_positions {self.cfg.max_positions}"
+        )
+        x = embed(ids) * math.sqrt(self.cfg.d_model) + self.positions[offset : offset + L]
         return self.drop(x)
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """src (B, S) ids, src_mask (B, S) bool -> memory (B, S, D)."""
-        mask = src_mask[:, None, None, :]                     # (B, 1, 1, S)
-        x = self._embed(self.src_embed, src, 0)               # (B, S, D)
+        mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
+        x = self._embed(self.src_embed, src, 0)  # (B, S, D)
         for layer in self.encoder:
             x = layer(x, mask)
         return self.enc_norm(x)
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, cache: KVCache | None = None,
-               tgt_mask: Tensor | None = None) -> tuple[Tensor, KVCache | None]:
+    def decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        cache: KVCache | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> tuple[Tensor, KVCache | None]:
         """Next-token logits.
 
         Args:
@@ -296,20 +323,22 @@ class Seq2Seq(nn.Module):
         full = offset == 0 and T > 1
         causal = full and causal_flag(tgt_in)
         self_mask = decoder_self_mask(T, tgt_mask, tgt_in.device) if full and not causal else None
-        cross_mask = src_mask[:, None, None, :]                                       # (B, 1, 1, S)
-        x = self._embed(self.tgt_embed, tgt_in, offset)                                # (B, T, D)
+        cross_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
+        x = self._embed(self.tgt_embed, tgt_in, offset)  # (B, T, D)
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, cross_mask, self_mask, cache, i, causal)
         if cache is not None:
             cache.length += T
-        return self.out_proj(self.dec_norm(x)), cache                                # (B, T, V)
+        return self.out_proj(self.dec_norm(x)), cache  # (B, T, V)
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V)."""
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask=tgt_mask)[0]
 
     @torch.no_grad()
-    def attention(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> dict[str, list[Tensor]]:
+    def attention(
+        self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor
+    ) -> dict[str, list[Tensor]]:
         """Teacher-forced attention probabilities of every layer, by kind: "encoder" self-attention
         (B, H, S, S), "decoder" self-attention (B, H, T, T) and "cross"-attention (B, H, T, S) each.
         Masked positions get exactly 0."""
@@ -321,11 +350,14 @@ class Seq2Seq(nn.Module):
                 if causal and causal[0]:  # SDPA's own causal flag (CUDA): the mask it stands for
                     mask = decoder_self_mask(x.size(1), None, x.device)
                 found[kind].append(module.weights(x, k, mask))
+
             return keep
 
-        modules = [(layer.self_attn, "encoder") for layer in self.encoder] + \
-                  [(m, kind) for layer in self.decoder for m, kind in ((layer.self_attn, "decoder"),
-                                                                       (layer.cross_attn, "cross"))]
+        modules = [(layer.self_attn, "encoder") for layer in self.encoder] + [
+            (m, kind)
+            for layer in self.decoder
+            for m, kind in ((layer.self_attn, "decoder"), (layer.cross_attn, "cross"))
+        ]
         hooks = [module.register_forward_hook(keeper(kind)) for module, kind in modules]
         try:
             self.forward(src, src_mask, tgt_in, tgt_mask)
@@ -337,4 +369,3 @@ class Seq2Seq(nn.Module):
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-

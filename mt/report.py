@@ -8,6 +8,7 @@ signatures are listed but not compared, and the report says why. Plots (training
 against steps and wall time) need matplotlib, the optional `plot` extra; without it the report says
 they were skipped.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,11 +30,12 @@ BOOTSTRAP_SAMPLES = 1000
 @dataclass
 class Run:
     """What the report reads from one run directory."""
+
     path: Path
     card: dict
     metrics: list[dict]
-    config: dict       # DIR/config.yaml, flattened: {"train.lr": 0.001, ...}
-    label: str = ""   # the folder name, or the whole path where two runs share a folder name
+    config: dict  # DIR/config.yaml, flattened: {"train.lr": 0.001, ...}
+    label: str = ""  # the folder name, or the whole path where two runs share a folder name
     setting: str = ""  # from RUN@SETTING: this row's evaluation instead of the report's --setting
 
     def result(self, setting: str) -> dict | None:
@@ -45,11 +47,15 @@ class Run:
         try:
             lines = path.read_bytes().decode("utf-8").split("\n")[:-1]
         except (OSError, UnicodeDecodeError) as e:
-            raise DataError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e}); run `mt evaluate --run "
-                            f"{self.path}` again to rewrite it") from None
+            raise DataError(
+                f"{path}: cannot read ({getattr(e, 'strerror', None) or e}); run `mt evaluate --run "
+                f"{self.path}` again to rewrite it"
+            ) from None
         if len(lines) != count:
-            raise DataError(f"{path}: {len(lines)} lines, but card.json says {count} sentences were scored; run "
-                            f"`mt evaluate --run {self.path}` again to rewrite it")
+            raise DataError(
+                f"{path}: {len(lines)} lines, but card.json says {count} sentences were scored; run "
+                f"`mt evaluate --run {self.path}` again to rewrite it"
+            )
         return lines
 
 
@@ -62,7 +68,8 @@ def result_problem(card: dict, setting: str) -> str:
 
 
 def split_setting(arg: str | Path) -> tuple[Path, str]:
-    """"runs/x@test-beam5" -> (runs/x, "test-beam5"); a plain path (even one with an @ in it) -> (path, "")."""
+    """ "runs/x@test-beam5" -> (runs/x, "test-beam5"); a plain path (even one with an @ in it) ->
+    (path, "")."""
     path, at, setting = str(arg).rpartition("@")
     return (Path(path), setting) if at and not Path(arg).exists() and setting else (Path(arg), "")
 
@@ -73,15 +80,21 @@ def load_runs(paths: list[str | Path], setting: str = "test") -> list[Run]:
     for path, own_setting in map(split_setting, paths):
         card = read_card(path)
         if not card:
-            raise ConfigError(f"{path}/card.json: not found; train the run (or run `mt evaluate --run {path}`) first")
+            raise ConfigError(
+                f"{path}/card.json: not found; train the run (or run `mt evaluate --run {path}`) first"
+            )
         problem = result_problem(card, own_setting or setting)
         if problem:
-            raise DataError(f"{path}/card.json: damaged ({problem}); restore it, or delete it and run `mt evaluate "
-                            f"--run {path}` to write a new one")
+            raise DataError(
+                f"{path}/card.json: damaged ({problem}); restore it, or delete it and run `mt evaluate "
+                f"--run {path}` to write a new one"
+            )
         config = flatten(config_to_dict(read_saved_config(path / "config.yaml")))
         runs.append(Run(path, card, read_metrics(path / "metrics.jsonl"), config, setting=own_setting))
     if len({(r.path.resolve(), r.setting) for r in runs}) != len(runs):
-        raise ConfigError("the same run directory is given twice (RUN@SETTING compares two of its evaluations)")
+        raise ConfigError(
+            "the same run directory is given twice (RUN@SETTING compares two of its evaluations)"
+        )
     folders = {r.path.resolve(): r.path.name for r in runs}
     names = list(folders.values())
     for run in runs:
@@ -96,7 +109,8 @@ def _signatures_without_version(result: dict) -> tuple[str, str]:
 
 
 def comparability(base: dict | None, other: dict | None) -> str:
-    """Why `other` cannot be compared with `base` (same setting, same test set, same metrics); "" if it can."""
+    """Why `other` cannot be compared with `base` (same setting, same test set, same metrics); "" if
+    it can."""
     if base is None or other is None:
         return "not evaluated with this decoding setting"
     if base["refs_sha256"] != other["refs_sha256"] or base["sentences"] != other["sentences"]:
@@ -112,12 +126,22 @@ def paired_bootstrap(runs: list[Run], setting: str) -> list[dict]:
     base = runs[0].result(setting)
     refs = runs[0].lines(base["ref_file"], base["sentences"])
     systems = [(r.label, r.lines(r.result(setting)["hyp_file"], base["sentences"])) for r in runs]
-    test = PairedTest(systems, {"bleu": BLEU(), "chrf": CHRF()}, [refs], test_type="bs",
-                      n_samples=BOOTSTRAP_SAMPLES)
+    test = PairedTest(
+        systems, {"bleu": BLEU(), "chrf": CHRF()}, [refs], test_type="bs", n_samples=BOOTSTRAP_SAMPLES
+    )
     _, scores = test()
     bleu_key, chrf_key = [k for k in scores if k != "System"]
-    results = [{"bleu": b.score, "bleu_p": b.p_value, "bleu_ci": b.ci, "chrf": c.score, "chrf_p": c.p_value,
-                "chrf_ci": c.ci} for b, c in zip(scores[bleu_key], scores[chrf_key])]
+    results = [
+        {
+            "bleu": b.score,
+            "bleu_p": b.p_value,
+            "bleu_ci": b.ci,
+            "chrf": c.score,
+            "chrf_p": c.p_value,
+            "chrf_ci": c.ci,
+        }
+        for b, c in zip(scores[bleu_key], scores[chrf_key])
+    ]
     for (_, hyps), result in zip(systems[1:], results[1:]):
         if hyps == systems[0][1]:  # sacreBLEU counts resampled differences > 0, so no difference at all
             result["bleu_p"] = result["chrf_p"] = 1.0  # would get its smallest p, 1 / (resamples + 1)
@@ -155,63 +179,101 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
     base = runs[0].result(setting)
     problems = [comparability(base, r.result(setting)) for r in runs]
     if problems[0]:
-        raise ConfigError(f"{runs[0].path}: the baseline has no '{runs[0].setting or setting}' result; "
-                          f"run `mt evaluate` on it first")
+        raise ConfigError(
+            f"{runs[0].path}: the baseline has no '{runs[0].setting or setting}' result; "
+            f"run `mt evaluate` on it first"
+        )
     comparable = [r for r, why in zip(runs, problems) if not why]
-    tests = dict(zip([r.label for r in comparable], paired_bootstrap(comparable, setting))) \
-        if len(comparable) > 1 else {}
+    tests = (
+        dict(zip([r.label for r in comparable], paired_bootstrap(comparable, setting)))
+        if len(comparable) > 1
+        else {}
+    )
     top = max(r.result(setting)["bleu"] for r in comparable)
     best = [r for r in comparable if r.result(setting)["bleu"] == top]  # ties share the star
     out = [f"# Comparing {len(runs)} runs on `{setting}`", ""]
-    out += [f"Baseline: `{runs[0].path}`. {base['sentences']} sentences, references sha256 "
-            f"`{base['refs_sha256'][:12]}`, beam {base['beam']}, length penalty {base['length_penalty']}. "
-            f"p: sacreBLEU paired bootstrap resampling ({BOOTSTRAP_SAMPLES} resamples) against the baseline; "
-            f"* = p < {P_THRESHOLD}; ± = half-width of the run's bootstrap 95% confidence interval. ★ = best BLEU.",
-            ""]
+    out += [
+        f"Baseline: `{runs[0].path}`. {base['sentences']} sentences, references sha256 "
+        f"`{base['refs_sha256'][:12]}`, beam {base['beam']}, length penalty {base['length_penalty']}. "
+        f"p: sacreBLEU paired bootstrap resampling ({BOOTSTRAP_SAMPLES} resamples) against the baseline; "
+        f"* = p < {P_THRESHOLD}; ± = half-width of the run's bootstrap 95% confidence interval. "
+        "★ = best BLEU.",
+        "",
+    ]
     for run, why in zip(runs, problems):
         if why:
-            out += [f"> **Not compared:** `{run.path}` was {why} than the baseline; its scores are shown "
-                    f"but no p-value is computed.", ""]
+            out += [
+                f"> **Not compared:** `{run.path}` was {why} than the baseline; its scores are shown "
+                f"but no p-value is computed.",
+                "",
+            ]
     out += _table(runs, setting, tests, best)
-    out += ["", "## Verdict", ""]
-    for run in comparable[1:]:
-        r, b = tests[run.label], tests[runs[0].label]
-        out.append(f"- `{run.label}` vs `{runs[0].label}`: "
-                   f"{_verdict('BLEU', b['bleu'], r['bleu'], r['bleu_ci'], r['bleu_p'])}; "
-                   f"{_verdict('chrF', b['chrf'], r['chrf'], r['chrf_ci'], r['chrf_p'])}.")
-    if len(comparable) < 2:
-        out.append("- Nothing to test: fewer than two comparable runs.")
-    out += ["", "## Runs", ""]
-    for run in runs:
-        c = run.card
-        hw = c.get("hardware", {})
-        device = hw.get("gpu") or f"{hw.get('cpu', '?')}, {hw.get('threads', '?')} threads"
-        out.append(f"- `{run.path}`: base {c['config']['base']}, code {c.get('code', {}).get('git_commit', '?')[:10]}"
-                   f"{' (uncommitted changes)' if c.get('code', {}).get('dirty') else ''}, {c.get('precision')}, "
-                   f"{device}, stopped: {c.get('training', {}).get('stopped') or '–'}")
-    out += ["", "## Signatures", "", f"- BLEU: `{base['bleu_signature']}`", f"- chrF: `{base['chrf_signature']}`",
-            f"- BLEU lc (lower-cased, not the headline): `{base.get('bleu_lc_signature', '–')}`",
-            "", "## Learning curves", "", plots, ""]
+    out += ["", "## Verdict", ""] + _verdicts(runs[0], comparable[1:], tests)
+    out += ["", "## Runs", ""] + [_run_line(run) for run in runs]
+    out += [
+        "",
+        "## Signatures",
+        "",
+        f"- BLEU: `{base['bleu_signature']}`",
+        f"- chrF: `{base['chrf_signature']}`",
+        f"- BLEU lc (lower-cased, not the headline): `{base.get('bleu_lc_signature', '–')}`",
+        "",
+        "## Learning curves",
+        "",
+        plots,
+        "",
+    ]
     return "\n".join(out)
+
+
+def _verdicts(base: Run, others: list[Run], tests: dict[str, dict]) -> list[str]:
+    """One line per run compared with the baseline: BLEU's and chrF's change and significance."""
+    if not others:
+        return ["- Nothing to test: fewer than two comparable runs."]
+    b, lines = tests[base.label], []
+    for run in others:
+        r = tests[run.label]
+        lines.append(
+            f"- `{run.label}` vs `{base.label}`: "
+            f"{_verdict('BLEU', b['bleu'], r['bleu'], r['bleu_ci'], r['bleu_p'])}; "
+            f"{_verdict('chrF', b['chrf'], r['chrf'], r['chrf_ci'], r['chrf_p'])}."
+        )
+    return lines
+
+
+def _run_line(run: Run) -> str:
+    """Where a run came from: its base config, code, precision, hardware, and why it stopped."""
+    c = run.card
+    hw, code = c.get("hardware", {}), c.get("code", {})
+    device = hw.get("gpu") or f"{hw.get('cpu', '?')}, {hw.get('threads', '?')} threads"
+    return (
+        f"- `{run.path}`: base {c['config']['base']}, code {code.get('git_commit', '?')[:10]}"
+        f"{' (uncommitted changes)' if code.get('dirty') else ''}, {c.get('precision')}, "
+        f"{device}, stopped: {c.get('training', {}).get('stopped') or '–'}"
+    )
 
 
 def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: list[Run]) -> list[str]:
     """One row per run: its card, its scores and p-values, and the config keys that differ."""
     keys = differing_keys(runs)
-    out = ["| run | config (hash) | params | steps | epochs | wall | tok/s | best step | val BLEU | BLEU | p | "
-           "chrF | p | BLEU lc | len ratio |" + "".join(f" `{k}` |" for k in keys),
-           "|" + "---|" * (15 + len(keys))]
+    out = [
+        "| run | config (hash) | params | steps | epochs | wall | tok/s | best step | val BLEU | BLEU | p | "
+        "chrF | p | BLEU lc | len ratio |" + "".join(f" `{k}` |" for k in keys),
+        "|" + "---|" * (15 + len(keys)),
+    ]
     for i, run in enumerate(runs):
         c, t, res = run.card, run.card.get("training", {}), run.result(setting) or {}
         test = tests.get(run.label, {})
         mark = " ★" if any(run is b for b in best) else ""
         out.append(
-            f"| {run.label}{mark} | {c['config']['name']} ({c['config']['hash'][:8]}) | {c['parameters'] / 1e6:.2f}M "
-            f"| {t.get('steps', '–')} | {t.get('epochs', '–')} | {_fmt(t.get('wall_s'), '.0f')} s "
-            f"| {_fmt(t.get('tokens_per_s'), '.0f')} | {t.get('best_step', '–')} | {_fmt(t.get('best_val_bleu'))} "
+            f"| {run.label}{mark} | {c['config']['name']} ({c['config']['hash'][:8]}) "
+            f"| {c['parameters'] / 1e6:.2f}M | {t.get('steps', '–')} | {t.get('epochs', '–')} "
+            f"| {_fmt(t.get('wall_s'), '.0f')} s | {_fmt(t.get('tokens_per_s'), '.0f')} "
+            f"| {t.get('best_step', '–')} | {_fmt(t.get('best_val_bleu'))} "
             f"| {_fmt(res.get('bleu'))} | {_p(test.get('bleu_p'))} | {_fmt(res.get('chrf'))} "
-            f"| {_p(test.get('chrf_p'))} | {_fmt(res.get('bleu_lc'))} | {_fmt(res.get('length_ratio'), '.3f')} |"
-            + "".join(f" {keys[k][i]} |" for k in keys))
+            f"| {_p(test.get('chrf_p'))} | {_fmt(res.get('bleu_lc'))} "
+            f"| {_fmt(res.get('length_ratio'), '.3f')} |" + "".join(f" {keys[k][i]} |" for k in keys)
+        )
     return out
 
 
@@ -236,6 +298,7 @@ def plot_curves(runs: list[Run], path: Path):
     """Training NLL and val BLEU against steps and against wall time, all runs on each panel. The NLL,
     not the label-smoothed loss, so that runs with different smoothing share a scale."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -284,13 +347,16 @@ def plot_attention(src: list[str], tgt: list[str], layers: list, path: Path, per
     """Heatmaps of cross-attention (target pieces x source pieces): one panel per decoder layer,
     averaged over heads, or layers x heads with `per_head`. `layers`: (H, T, S) tensors."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     heads = layers[0].shape[0] if per_head else 1
     panels = [[(w[h] if per_head else w.mean(0)) for h in range(heads)] for w in layers]
     size = (max(3.0, 0.32 * len(src) + 1.5), max(2.5, 0.3 * len(tgt) + 1.2))
-    fig, axes = plt.subplots(len(layers), heads, figsize=(size[0] * heads, size[1] * len(layers)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(layers), heads, figsize=(size[0] * heads, size[1] * len(layers)), squeeze=False
+    )
     for i, row in enumerate(panels):
         for h, weights in enumerate(row):
             ax = axes[i][h]
@@ -298,7 +364,9 @@ def plot_attention(src: list[str], tgt: list[str], layers: list, path: Path, per
             fig.colorbar(image, ax=ax, fraction=0.05, label="attention weight")
             ax.set_xticks(range(len(src)), piece_labels(src), rotation=90, fontsize=8)
             ax.set_yticks(range(len(tgt)), piece_labels(tgt), fontsize=8)
-            ax.set_title(f"layer {i + 1}" + (f", head {h + 1}" if per_head else ", mean of heads"), fontsize=9)
+            ax.set_title(
+                f"layer {i + 1}" + (f", head {h + 1}" if per_head else ", mean of heads"), fontsize=9
+            )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

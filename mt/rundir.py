@@ -13,6 +13,7 @@
 Checkpoints are mt.checkpoint's. Reading a run (`load_run`, `resume_checkpoint`, `read_metrics`)
 checks everything and writes nothing; a damaged file is a one-line ConfigError or DataError.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,9 +40,20 @@ from mt.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 LOG_FORMAT = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
-ARCHIVED = ("last.pt", "best.pt", "averaged.pt", "ckpt-*.pt", "spm.model", "config.yaml", "metrics.jsonl",
-            "card.json", "train.log",
-            "eval-*.json", "hyp-*.txt", "ref-*.txt")
+ARCHIVED = (
+    "last.pt",
+    "best.pt",
+    "averaged.pt",
+    "ckpt-*.pt",
+    "spm.model",
+    "config.yaml",
+    "metrics.jsonl",
+    "card.json",
+    "train.log",
+    "eval-*.json",
+    "hyp-*.txt",
+    "ref-*.txt",
+)
 
 
 def run_tokenizer(run_dir: Path, ckpt: dict, ckpt_name: str, fix: str) -> Tokenizer:
@@ -54,12 +66,16 @@ def run_tokenizer(run_dir: Path, ckpt: dict, ckpt_name: str, fix: str) -> Tokeni
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
     if ckpt.get("tokenizer_sha256") not in (None, hashlib.sha256(proto).hexdigest()):  # None: an older mt's
-        raise ConfigError(f"{path}: not the tokenizer {ckpt_name} was trained with (its sha256 differs: damaged "
-                          f"or replaced); restore the run's spm.model")
+        raise ConfigError(
+            f"{path}: not the tokenizer {ckpt_name} was trained with (its sha256 differs: damaged "
+            f"or replaced); restore the run's spm.model"
+        )
     tokenizer = Tokenizer(proto, str(path))
     if tokenizer.vocab_size != ckpt["vocab_size"]:
-        raise ConfigError(f"{path} has {tokenizer.vocab_size} pieces but {ckpt_name} expects "
-                          f"{ckpt['vocab_size']}; the run directory is inconsistent")
+        raise ConfigError(
+            f"{path} has {tokenizer.vocab_size} pieces but {ckpt_name} expects "
+            f"{ckpt['vocab_size']}; the run directory is inconsistent"
+        )
     return tokenizer
 
 
@@ -76,8 +92,9 @@ def checkpoint_path(run_dir: Path, checkpoint: str = "best") -> Path:
     return path
 
 
-def load_run(run_dir: str | Path, checkpoint: str = "best", overrides: list[str] = ()
-             ) -> tuple[RunConfig, Tokenizer, Seq2Seq]:
+def load_run(
+    run_dir: str | Path, checkpoint: str = "best", overrides: list[str] = ()
+) -> tuple[RunConfig, Tokenizer, Seq2Seq]:
     """Config, tokenizer and model (in eval mode, on CPU) from a run directory and one of its
     checkpoints (see `checkpoint_path`).
 
@@ -101,24 +118,35 @@ def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, 
         return None
     ckpt = load_checkpoint(path)
     if any(k not in ckpt for k in RESUME_KEYS):
-        raise ConfigError(f"{path}: written by an older mt without resume state; use another --run-dir "
-                          f"or --force-new")
+        raise ConfigError(
+            f"{path}: written by an older mt without resume state; use another --run-dir or --force-new"
+        )
     stored = config_to_dict(stored_config(ckpt, path))
     diff = config_differences(stored, config_to_dict(cfg), ignore=RESUMABLE_KEYS)
     if diff:
         changes = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
-        raise ConfigError(f"{run_dir} holds a run with a different config ({changes}); resume with the same "
-                          f"config, use another --run-dir, or --force-new to start over")
+        raise ConfigError(
+            f"{run_dir} holds a run with a different config ({changes}); resume with the same "
+            f"config, use another --run-dir, or --force-new to start over"
+        )
     if len(ckpt["rng"]) != world:
-        raise ConfigError(f"{path} was written by {len(ckpt['rng'])} processes, not {world}; resume with the "
-                          f"same number for an exact resume")
+        raise ConfigError(
+            f"{path} was written by {len(ckpt['rng'])} processes, not {world}; resume with the "
+            f"same number for an exact resume"
+        )
     read_metrics(run_dir / "metrics.jsonl")  # damage is reported now, before anything is written
     read_card(run_dir)
     return ckpt, run_tokenizer(run_dir, ckpt, path.name, "restore it or use --force-new")
 
 
-def restore(ckpt: dict, model: Seq2Seq, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-            rank: int, device: torch.device) -> Progress:
+def restore(
+    ckpt: dict,
+    model: Seq2Seq,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    rank: int,
+    device: torch.device,
+) -> Progress:
     """Load the checkpoint's states into the run's objects and this rank's RNGs; returns its counters."""
     try:
         model.load_state_dict(ckpt["model"])
@@ -127,8 +155,9 @@ def restore(ckpt: dict, model: Seq2Seq, optimizer: torch.optim.Optimizer, scaler
         set_rng_state(ckpt["rng"][rank], device)
     except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:  # a damaged but loadable last.pt
         detail = (str(e).splitlines() or [""])[0][:80]
-        raise ConfigError(f"last.pt: damaged training state ({type(e).__name__}: {detail}); restore it, or use "
-                          f"--force-new") from None
+        raise ConfigError(
+            f"last.pt: damaged training state ({type(e).__name__}: {detail}); restore it, or use --force-new"
+        ) from None
     return Progress(**ckpt["progress"])
 
 
@@ -164,8 +193,10 @@ def read_metrics(path: Path) -> list[dict]:
         if problem and number == len(lines):
             log.warning("%s: line %d is incomplete (cut short while being written?); left out", path, number)
         elif problem:
-            raise DataError(f"{path}: line {number}: {problem}; fix or delete that line (mt writes one JSON "
-                            f"object a line)")
+            raise DataError(
+                f"{path}: line {number}: {problem}; fix or delete that line (mt writes one JSON "
+                f"object a line)"
+            )
         else:
             rows.append(row)
     return rows
@@ -187,10 +218,14 @@ def locked(run_dir: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-            raise ConfigError(f"{run_dir} is being trained by {holder}; wait for it to finish or stop it (Ctrl-C "
-                              f"saves and exits), or use another --run-dir") from None
+            raise ConfigError(
+                f"{run_dir} is being trained by {holder}; wait for it to finish or stop it (Ctrl-C "
+                f"saves and exits), or use another --run-dir"
+            ) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"mt train (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
+        os.pwrite(
+            fd, f"mt train (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0
+        )
         yield
     finally:
         os.close(fd)
@@ -239,8 +274,14 @@ def run_log(logger: logging.Logger, enabled: bool = True) -> Iterator[Callable[[
             handler.close()
 
 
-def open_run_dir(run_dir: Path, cfg: RunConfig, tokenizer: Tokenizer, resume_step: int | None,
-                 force_new: bool, start_log: Callable[[Path], None]) -> MetricsLog:
+def open_run_dir(
+    run_dir: Path,
+    cfg: RunConfig,
+    tokenizer: Tokenizer,
+    resume_step: int | None,
+    force_new: bool,
+    start_log: Callable[[Path], None],
+) -> MetricsLog:
     """The run's first writes, made once every check on user input has passed: archive the previous
     run (--force-new), then train.log, config.yaml, spm.model (fresh runs) and metrics.jsonl (cut back
     to the resumed step)."""

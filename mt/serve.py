@@ -12,19 +12,17 @@ Every error is JSON {"error": one line, ...}: 413 for a request over a limit ("l
 for a bad option ("option": its name, which also leads the message), 503 when the queue is full or
 the decoding thread has stopped (and 404/405 for a wrong path or method).
 """
+
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import difflib
 import logging
 import os
-import queue
 import re
 import socket
 import threading
-import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -38,11 +36,9 @@ from starlette.exceptions import HTTPException
 
 from mt.card import card_summary
 from mt.config import ConfigError, DecodeConfig, RunConfig, ServeLimits
-from mt.evaluate import attention_maps
-from mt.model import Seq2Seq, count_parameters, decoder_self_mask
+from mt.model import Seq2Seq, count_parameters
 from mt.rundir import checkpoint_path, load_run
-from mt.tokenizer import Tokenizer
-from mt.translate import translate_nbest
+from mt.worker import Job, Overloaded, Worker
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).parent / "static"
@@ -58,10 +54,6 @@ class Refused(Exception):
         self.status, self.name = status, name
 
 
-class Overloaded(Exception):  # the queue is full or the decoding thread has stopped: 503
-    pass
-
-
 class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     lines: list[StrictStr]
@@ -74,123 +66,24 @@ class AttentionRequest(TranslateRequest):
     index: StrictInt = Field(0, ge=0, description="which line's attention to return")
 
 
-@dataclasses.dataclass
-class Job:
-    kind: str                     # "translate" or "attention" (of lines[index], in a batch of all)
-    lines: list[str]
-    decode: DecodeConfig
-    index: int = 0
-    future: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
-
-
-class Worker:
-    """The one thread that runs the model: takes queued jobs, merges the ones it can, answers each.
-
-    `mt serve` runs it in the main thread (`run`), which also loaded the model: torch's CPU thread
-    pool then serves one thread only (decoding in a second thread beside a main thread that has used
-    torch measured about half as fast here). Tests start it in a thread of its own (`start`)."""
-
-    def __init__(self, model: Seq2Seq, tokenizer: Tokenizer, cfg: RunConfig, device: torch.device, limits: ServeLimits):
-        self.model, self.tokenizer, self.cfg, self.device, self.limits = model, tokenizer, cfg, device, limits
-        self.queue: queue.Queue[Job | None] = queue.Queue()  # unbounded: `submit` keeps to max_queue, `stop` never waits
-        self.running = threading.Event()
-        self.batches = 0  # decoding calls made, for /health
-
-    def start(self) -> None:  # running at once: a request may come before the thread gets going
-        self.running.set()
-        threading.Thread(target=self.run, name="mt-decoder", daemon=True).start()
-
-    def stop(self) -> None:
-        """Ask `run` to return after the round it is in (returns at once)."""
-        if self.running.is_set():
-            self.queue.put(None)
-
-    def submit(self, job: Job) -> concurrent.futures.Future:
-        if not self.running.is_set():
-            raise Overloaded("the decoding thread has stopped; restart mt serve")
-        if self.queue.qsize() >= self.limits.max_queue:  # one event loop submits: no race with another put
-            raise Overloaded(f"the queue is full ({self.limits.max_queue} requests waiting, mt serve "
-                             f"--max-queue); retry later")
-        self.queue.put(job)
-        return job.future
-
-    def compute(self, kind: str, lines: list[str], decode: DecodeConfig, index: int = 0) -> list:
-        if kind == "attention":  # [line index's], as JSON here: torch stays in this thread
-            found = attention_maps(self.model, self.tokenizer, lines, decode, self.device)
-            return [attention_json(found[index], self.model.cfg.n_heads)]
-        return translate_nbest(self.model, self.tokenizer, lines, decode, self.device,
-                               max_source_pieces=self.cfg.data.max_len)
-
-    def _take(self) -> list[Job] | None:
-        """The jobs of the next round, up to max_batch_lines: all waiting ones, and those that come
-        less than max_wait_ms apart (10 * max_wait_ms at most in all); None to stop.
-
-        Waiting for a gap rather than a fixed time lets requests that answered clients send at once
-        join the round while the event loop is still taking them in. (Waiting longer, for as many as
-        the last round answered, made fuller rounds but no more sentences/s: the decoder idled.)"""
-        first = self.queue.get()
-        if first is None:
-            return None
-        jobs, n = [first], len(first.lines)
-        gap = self.limits.max_wait_ms / 1000
-        last_call = time.monotonic() + 10 * gap
-        while n < self.limits.max_batch_lines:
-            try:
-                job = self.queue.get(timeout=max(min(gap, last_call - time.monotonic()), 0))
-            except queue.Empty:
-                break
-            if job is None:
-                self.queue.put(None)  # stop after this round
-                break
-            jobs.append(job)
-            n += len(job.lines)
-        # a request whose client went away was cancelled: skip it; the others can no longer be cancelled
-        return [job for job in jobs if job.future.set_running_or_notify_cancel()]
-
-    def run(self) -> None:
-        """Decode until `stop`."""
-        self.running.set()
-        try:
-            while (jobs := self._take()) is not None:
-                groups: dict[tuple, list[Job]] = {}
-                for job in jobs:  # attention batches are what the page shows: never merged
-                    key = (job.kind, job.decode) if job.kind == "translate" else (id(job),)
-                    groups.setdefault(key, []).append(job)
-                for group in groups.values():
-                    self._answer(group)
-        finally:
-            self.running.clear()
-            while not self.queue.empty():  # nobody will decode these: answer them rather than leave them hanging
-                job = self.queue.get()
-                if job is not None and job.future.set_running_or_notify_cancel():
-                    job.future.set_exception(Overloaded("mt serve is stopping"))
-
-    def _answer(self, group: list[Job]) -> None:
-        try:
-            lines = [line for job in group for line in job.lines]
-            results = self.compute(group[0].kind, lines, group[0].decode, group[0].index)
-            self.batches += 1
-        except Exception as e:  # a bug: each waiting request gets a 500, the server goes on
-            log.exception("decoding failed")
-            for job in group:
-                job.future.set_exception(e)
-            return
-        start = 0
-        for job in group:
-            job.future.set_result(results[start: start + len(job.lines)])
-            start += len(job.lines)
-
-
 def checked_lines(lines: list[str], limits: ServeLimits) -> list[str]:
     """The request's lines within the limits; lone surrogates become U+FFFD, as invalid UTF-8 does in
     `mt translate`."""
     if len(lines) > limits.max_lines:
-        raise Refused(413, "max_lines", f"the request has {len(lines)} lines, more than max_lines="
-                      f"{limits.max_lines} (mt serve --max-lines); send them in several requests")
+        raise Refused(
+            413,
+            "max_lines",
+            f"the request has {len(lines)} lines, more than max_lines="
+            f"{limits.max_lines} (mt serve --max-lines); send them in several requests",
+        )
     for i, line in enumerate(lines):
         if len(line) > limits.max_line_chars:
-            raise Refused(413, "max_line_chars", f"lines[{i}] has {len(line)} characters, more than max_line_chars="
-                          f"{limits.max_line_chars} (mt serve --max-line-chars); split the line")
+            raise Refused(
+                413,
+                "max_line_chars",
+                f"lines[{i}] has {len(line)} characters, more than max_line_chars="
+                f"{limits.max_line_chars} (mt serve --max-line-chars); split the line",
+            )
     return [_SURROGATE.sub("\ufffd", line) for line in lines]
 
 
@@ -199,11 +92,17 @@ def decoding(default: DecodeConfig, req: TranslateRequest, limits: ServeLimits) 
     options = {"beam": req.beam, "n_best": req.n_best, "length_penalty": req.length_penalty}
     decode = dataclasses.replace(default, **{k: v for k, v in options.items() if v is not None})
     if decode.beam > limits.max_beam:
-        raise Refused(422, "beam", f"beam: {decode.beam} is more than max_beam={limits.max_beam} (mt serve --max-beam)")
+        raise Refused(
+            422, "beam", f"beam: {decode.beam} is more than max_beam={limits.max_beam} (mt serve --max-beam)"
+        )
     if decode.n_best > decode.beam:
         beam = f"beam {decode.beam}" if req.beam is not None else f"the run's beam ({decode.beam})"
-        raise Refused(422, "n_best", f"n_best: {decode.n_best} is more than {beam}: beam search keeps only "
-                      f"that many hypotheses; send beam {decode.n_best} or more")
+        raise Refused(
+            422,
+            "n_best",
+            f"n_best: {decode.n_best} is more than {beam}: beam search keeps only "
+            f"that many hypotheses; send beam {decode.n_best} or more",
+        )
     return decode
 
 
@@ -214,30 +113,23 @@ def validation_error(errors: list[dict], fields: list[str], content_type: str) -
     where = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc).lstrip(".") or "body"
     if e["type"] == "extra_forbidden":
         close = difflib.get_close_matches(where, fields, n=1)
-        message = f"{where}: unknown option" + (f"; did you mean {close[0]}?" if close else
-                                                 f"; the options are {', '.join(fields)}")
+        message = f"{where}: unknown option" + (
+            f"; did you mean {close[0]}?" if close else f"; the options are {', '.join(fields)}"
+        )
     elif e["type"] == "json_invalid":
         message = f"body: not valid JSON ({e.get('ctx', {}).get('error', e['msg'])})"
     elif where == "body" and "json" not in content_type:
-        message = f"body: send a JSON object with Content-Type: application/json (got {content_type or 'none'})"
+        message = (
+            f"body: send a JSON object with Content-Type: application/json (got {content_type or 'none'})"
+        )
     else:
-        message = f"{where}: {e['msg']}" if where != "body" else 'body: send a JSON object, e.g. {"lines": ["Ein Hund."]}'
+        message = (
+            f"{where}: {e['msg']}"
+            if where != "body"
+            else 'body: send a JSON object, e.g. {"lines": ["Ein Hund."]}'
+        )
     extra = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return (loc[0] if loc else "body"), message + extra
-
-
-def attention_json(found, heads: int) -> dict:
-    """An AttentionMap as JSON: tokens, masks (True = may attend, the model's own), and the
-    probabilities per kind as [layer][head][query][key], to 4 decimals."""
-    T, S = len(found.target), len(found.source)
-    src_mask, tgt_mask = torch.tensor(found.source_mask), torch.tensor(found.target_mask)
-    masks = {"encoder": src_mask.expand(S, S), "cross": src_mask.expand(T, S),
-             "decoder": decoder_self_mask(T, tgt_mask[None])[0, 0]}        # (S, S), (T, S), (T, T)
-    rounded = lambda layers: [(w.double() * 1e4).round().div(1e4).tolist() for w in layers]  # noqa: E731
-    return {"translation": found.translation, "source": found.source, "target": found.target,
-            "predicted": found.predicted, "source_mask": found.source_mask, "target_mask": found.target_mask,
-            "heads": heads, "masks": {k: m.tolist() for k, m in masks.items()},
-            "encoder": rounded(found.encoder), "decoder": rounded(found.decoder), "cross": rounded(found.cross)}
 
 
 class BodyLimit:
@@ -257,50 +149,81 @@ class BodyLimit:
             body += message.get("body", b"")
             more = message.get("more_body", False)
         if more or len(body) > self.limit:
-            error = Refused(413, "max_request_bytes", f"the request body is larger than max_request_bytes="
-                            f"{self.limit} (mt serve --max-request-bytes); send fewer lines per request")
+            error = Refused(
+                413,
+                "max_request_bytes",
+                f"the request body is larger than max_request_bytes="
+                f"{self.limit} (mt serve --max-request-bytes); send fewer lines per request",
+            )
             return await error_response(error)(scope, receive, send)
         unread = [{"type": "http.request", "body": bytes(body), "more_body": False}]
 
         async def replay():
             return unread.pop() if unread else await receive()  # after the body: e.g. the client's disconnect
+
         await self.app(scope, replay, send)
 
 
 def error_response(e: Exception) -> JSONResponse:  # Refused, Overloaded, or a bug
     if isinstance(e, Refused):
-        return JSONResponse({"error": str(e), "limit" if e.status == 413 else "option": e.name}, status_code=e.status)
+        return JSONResponse(
+            {"error": str(e), "limit" if e.status == 413 else "option": e.name}, status_code=e.status
+        )
     if isinstance(e, Overloaded):
         return JSONResponse({"error": str(e)}, status_code=503, headers={"Retry-After": "1"})
-    return JSONResponse({"error": f"internal error ({type(e).__name__}); the server log has the traceback"},
-                        status_code=500)
+    return JSONResponse(
+        {"error": f"internal error ({type(e).__name__}); the server log has the traceback"}, status_code=500
+    )
 
 
-def server_info(run_dir: Path, cfg: RunConfig, model: Seq2Seq, checkpoint: Path, device: torch.device,
-                limits: ServeLimits) -> dict:
+def server_info(
+    run_dir: Path, cfg: RunConfig, model: Seq2Seq, checkpoint: Path, device: torch.device, limits: ServeLimits
+) -> dict:
     m = model.cfg
-    return {"name": cfg.name, "run": str(run_dir), "checkpoint": str(checkpoint), "device": str(device),
-            "model": {"layers": m.layers, "d_model": m.d_model, "heads": m.n_heads, "vocab_size": model.vocab_size,
-                      "parameters": count_parameters(model)},
-            "decode": {k: getattr(cfg.decode, k) for k in ("beam", "n_best", "length_penalty")},
-            "card": card_summary(run_dir), "limits": dataclasses.asdict(limits)}
+    return {
+        "name": cfg.name,
+        "run": str(run_dir),
+        "checkpoint": str(checkpoint),
+        "device": str(device),
+        "model": {
+            "layers": m.layers,
+            "d_model": m.d_model,
+            "heads": m.n_heads,
+            "vocab_size": model.vocab_size,
+            "parameters": count_parameters(model),
+        },
+        "decode": {k: getattr(cfg.decode, k) for k in ("beam", "n_best", "length_penalty")},
+        "card": card_summary(run_dir),
+        "limits": dataclasses.asdict(limits),
+    }
 
 
 def translation_json(found: list[list[tuple[str, float]]], decode: DecodeConfig) -> dict:
-    return {"translations": [{"translation": hyps[0][0],
-                              "nbest": [{"translation": text, "score": round(score, 4)} for text, score in hyps]}
-                             for hyps in found],
-            "beam": decode.beam, "n_best": decode.n_best, "length_penalty": decode.length_penalty}
+    return {
+        "translations": [
+            {
+                "translation": hyps[0][0],
+                "nbest": [{"translation": text, "score": round(score, 4)} for text, score in hyps],
+            }
+            for hyps in found
+        ],
+        "beam": decode.beam,
+        "n_best": decode.n_best,
+        "length_penalty": decode.length_penalty,
+    }
 
 
 def create_app(worker: Worker, info: dict) -> FastAPI:
     """The HTTP API and the page, in front of a started `worker`."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
         worker.stop()
 
-    app = FastAPI(title="mt", version="1", docs_url=None, redoc_url=None, lifespan=lifespan)  # docs need a CDN
+    app = FastAPI(
+        title="mt", version="1", docs_url=None, redoc_url=None, lifespan=lifespan
+    )  # docs need a CDN
     app.state.worker = worker
     app.add_middleware(BodyLimit, limit=worker.limits.max_request_bytes)
     app.mount("/static", StaticFiles(directory=PAGE), name="static")
@@ -311,15 +234,20 @@ def create_app(worker: Worker, info: dict) -> FastAPI:
 
 def add_error_handlers(app: FastAPI) -> None:
     """Every error as {"error": one line, ...} (see the module's docstring)."""
+
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
         model = AttentionRequest if request.url.path == "/attention" else TranslateRequest
-        name, message = validation_error(e.errors(), list(model.model_fields), request.headers.get("content-type", ""))
+        name, message = validation_error(
+            e.errors(), list(model.model_fields), request.headers.get("content-type", "")
+        )
         return JSONResponse({"error": message, "option": name}, status_code=422)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, e: HTTPException) -> JSONResponse:
-        return JSONResponse({"error": f"{request.method} {request.url.path}: {e.detail}"}, status_code=e.status_code)
+        return JSONResponse(
+            {"error": f"{request.method} {request.url.path}: {e.detail}"}, status_code=e.status_code
+        )
 
     async def refused(request: Request, e: Exception) -> JSONResponse:
         return error_response(e)
@@ -335,23 +263,37 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
     @app.post("/translate")
     async def translate(req: TranslateRequest) -> dict:
         """One result per line, in order: the best translation and the n-best list with scores."""
-        lines, decode = checked_lines(req.lines, worker.limits), decoding(worker.cfg.decode, req, worker.limits)
+        lines, decode = (
+            checked_lines(req.lines, worker.limits),
+            decoding(worker.cfg.decode, req, worker.limits),
+        )
         return translation_json(await run("translate", lines, decode) if lines else [], decode)
 
     @app.post("/attention")
     async def attention(req: AttentionRequest) -> dict:
         """Encoder self-, decoder self- and cross-attention of line `index`'s 1-best translation, in a
         teacher-forced pass over all the lines as one batch (so its padding shows)."""
-        lines, decode = checked_lines(req.lines, worker.limits), decoding(worker.cfg.decode, req, worker.limits)
+        lines, decode = (
+            checked_lines(req.lines, worker.limits),
+            decoding(worker.cfg.decode, req, worker.limits),
+        )
         if req.index >= len(lines):
-            raise Refused(422, "index", f"index: {req.index} is not a line of the request ({len(lines)} lines)")
+            raise Refused(
+                422, "index", f"index: {req.index} is not a line of the request ({len(lines)} lines)"
+            )
         return (await run("attention", lines, decode, req.index))[0]
 
     @app.get("/health")
     async def health() -> JSONResponse:
         alive = worker.running.is_set()
-        return JSONResponse({"status": "ok" if alive else "decoding thread stopped", "queued": worker.queue.qsize(),
-                             "batches": worker.batches}, status_code=200 if alive else 503)
+        return JSONResponse(
+            {
+                "status": "ok" if alive else "decoding thread stopped",
+                "queued": worker.queue.qsize(),
+                "batches": worker.batches,
+            },
+            status_code=200 if alive else 503,
+        )
 
     @app.get("/info")
     async def server() -> dict:
@@ -372,8 +314,15 @@ def check_port(host: str, port: int) -> None:
         raise ConfigError(f"{host}:{port}: cannot listen ({reason}); pick another --port or --host") from None
 
 
-def serve(run_dir: Path, checkpoint: str, host: str, port: int, device: torch.device, limits: ServeLimits,
-          overrides: list[str] = ()) -> None:
+def serve(
+    run_dir: Path,
+    checkpoint: str,
+    host: str,
+    port: int,
+    device: torch.device,
+    limits: ServeLimits,
+    overrides: list[str] = (),
+) -> None:
     """Load the run and serve it until Ctrl-C: HTTP in a thread, decoding in this one. `overrides`
     (decode.beam=5, ...) set the decoding options of requests that do not name them."""
     import uvicorn
@@ -388,8 +337,10 @@ def serve(run_dir: Path, checkpoint: str, host: str, port: int, device: torch.de
     worker.running.set()  # requests are taken from the first one on; `run` below answers them
     threading.Thread(target=lambda: (http.run(), worker.stop()), name="mt-http", daemon=True).start()
     if host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning("serving on %s: anyone who can reach this machine can use it (mt serve has no authentication)",
-                    host)
+        log.warning(
+            "serving on %s: anyone who can reach this machine can use it (mt serve has no authentication)",
+            host,
+        )
     log.info("serving %s (%s) on http://%s:%d/ ; Ctrl-C stops", run_dir, info["checkpoint"], host, port)
     try:
         worker.run()

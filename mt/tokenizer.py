@@ -3,6 +3,7 @@
 Ids are the same for source and target: pad 0, unk 1, bos 2, eos 3. The model is trained once on
 source + target training text and saved in the run directory (`spm.model`); later starts reuse it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,16 +28,25 @@ class Tokenizer:
         self.proto = model_proto
         try:
             self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
-            # every piece read once: a damaged one (invalid UTF-8) fails here, not in the middle of a translation
-            self._word_starts = {i for i in range(self.sp.get_piece_size())
-                                 if self.sp.id_to_piece(i).startswith("\u2581")}
-        except (RuntimeError, UnicodeDecodeError) as e:  # sentencepiece's "Internal: ... ParseFromArray" and the like
+            # every piece read once: a damaged one (invalid UTF-8) fails here, not in the middle of a
+            # translation
+            self._word_starts = {
+                i for i in range(self.sp.get_piece_size()) if self.sp.id_to_piece(i).startswith("\u2581")
+            }
+        except (
+            RuntimeError,
+            UnicodeDecodeError,
+        ) as e:  # sentencepiece's "Internal: ... ParseFromArray" and the like
             reason = (str(e).splitlines() or ["?"])[0]
-            raise ConfigError(f"{source}: damaged or not a sentencepiece model ({reason}); restore it from the run "
-                              f"it belongs to") from None
+            raise ConfigError(
+                f"{source}: damaged or not a sentencepiece model ({reason}); restore it from the run "
+                f"it belongs to"
+            ) from None
         if (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) != (PAD, UNK, BOS, EOS):
-            raise ConfigError(f"{source}: a sentencepiece model without mt's special ids (pad 0, unk 1, bos 2, "
-                              f"eos 3); use the spm.model that mt trained for this run")
+            raise ConfigError(
+                f"{source}: a sentencepiece model without mt's special ids (pad 0, unk 1, bos 2, "
+                f"eos 3); use the spm.model that mt trained for this run"
+            )
 
     @property
     def sha256(self) -> str:
@@ -65,7 +75,9 @@ class Tokenizer:
         write_bytes(path, self.proto)
 
 
-def train_tokenizer(texts: Iterable[str] | Path, vocab_size: int, character_coverage: float = 1.0) -> Tokenizer:
+def train_tokenizer(
+    texts: Iterable[str] | Path, vocab_size: int, character_coverage: float = 1.0
+) -> Tokenizer:
     """Train a BPE model on `texts` (source and target lines together): lines in memory, or a file of
     one sentence a line that sentencepiece reads itself (all of it: sample before, see `corpus`)."""
     # a file is streamed to sentencepiece rather than named: the model would record its (temporary)
@@ -74,11 +86,20 @@ def train_tokenizer(texts: Iterable[str] | Path, vocab_size: int, character_cove
     proto = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=lines, input_sentence_size=0 if isinstance(texts, Path) else 2_000_000,
-            model_writer=proto, model_type="bpe",
-            vocab_size=vocab_size, character_coverage=character_coverage,
-            pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, shuffle_input_sentence=True,
-            num_threads=2, minloglevel=2)
+            sentence_iterator=lines,
+            input_sentence_size=0 if isinstance(texts, Path) else 2_000_000,
+            model_writer=proto,
+            model_type="bpe",
+            vocab_size=vocab_size,
+            character_coverage=character_coverage,
+            pad_id=PAD,
+            unk_id=UNK,
+            bos_id=BOS,
+            eos_id=EOS,
+            shuffle_input_sentence=True,
+            num_threads=2,
+            minloglevel=2,
+        )
     except RuntimeError as e:
         limit = re.search(r"<= (\d+)", str(e))
         hint = f"; set it to at most {limit.group(1)}" if limit else ""
@@ -97,4 +118,6 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     try:
         return Tokenizer(path.read_bytes(), str(path))
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror or e}); check the path and its permissions") from None
+        raise ConfigError(
+            f"{path}: cannot read ({e.strerror or e}); check the path and its permissions"
+        ) from None

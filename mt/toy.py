@@ -5,40 +5,81 @@ word order with fronted adverbs, verb-final subordinate clauses, the perfect's v
 with English do-support, dative plurals, "im" contraction and English a/an. Used by `configs/toy.yaml`
 and the tests; test and val sentences never occur in train.
 """
+
 from __future__ import annotations
 
 import random
 
 # gender, German singular, German plural, English singular, English plural
 NOUNS = [
-    ("m", "Hund", "Hunde", "dog", "dogs"), ("m", "Mann", "Männer", "man", "men"),
-    ("m", "Vogel", "Vögel", "bird", "birds"), ("m", "Lehrer", "Lehrer", "teacher", "teachers"),
-    ("m", "Koch", "Köche", "cook", "cooks"), ("m", "Ball", "Bälle", "ball", "balls"),
-    ("m", "Tisch", "Tische", "table", "tables"), ("m", "Apfel", "Äpfel", "apple", "apples"),
-    ("m", "Garten", "Gärten", "garden", "gardens"), ("m", "Stuhl", "Stühle", "chair", "chairs"),
-    ("m", "Baum", "Bäume", "tree", "trees"), ("m", "Wagen", "Wagen", "car", "cars"),
-    ("m", "Brief", "Briefe", "letter", "letters"), ("m", "Freund", "Freunde", "friend", "friends"),
-    ("m", "Arzt", "Ärzte", "doctor", "doctors"), ("m", "Sohn", "Söhne", "son", "sons"),
-    ("f", "Katze", "Katzen", "cat", "cats"), ("f", "Frau", "Frauen", "woman", "women"),
-    ("f", "Blume", "Blumen", "flower", "flowers"), ("f", "Tür", "Türen", "door", "doors"),
-    ("f", "Lampe", "Lampen", "lamp", "lamps"), ("f", "Tasche", "Taschen", "bag", "bags"),
-    ("f", "Straße", "Straßen", "street", "streets"), ("f", "Schule", "Schulen", "school", "schools"),
-    ("f", "Maus", "Mäuse", "mouse", "mice"), ("f", "Kuh", "Kühe", "cow", "cows"),
-    ("f", "Schwester", "Schwestern", "sister", "sisters"), ("f", "Zeitung", "Zeitungen", "newspaper", "newspapers"),
-    ("f", "Brücke", "Brücken", "bridge", "bridges"), ("f", "Orange", "Orangen", "orange", "oranges"),
-    ("n", "Kind", "Kinder", "child", "children"), ("n", "Mädchen", "Mädchen", "girl", "girls"),
-    ("n", "Pferd", "Pferde", "horse", "horses"), ("n", "Buch", "Bücher", "book", "books"),
-    ("n", "Haus", "Häuser", "house", "houses"), ("n", "Boot", "Boote", "boat", "boats"),
-    ("n", "Fenster", "Fenster", "window", "windows"), ("n", "Bild", "Bilder", "picture", "pictures"),
-    ("n", "Lied", "Lieder", "song", "songs"), ("n", "Schwein", "Schweine", "pig", "pigs"),
-    ("n", "Fahrrad", "Fahrräder", "bicycle", "bicycles"), ("n", "Ei", "Eier", "egg", "eggs"),
+    ("m", "Hund", "Hunde", "dog", "dogs"),
+    ("m", "Mann", "Männer", "man", "men"),
+    ("m", "Vogel", "Vögel", "bird", "birds"),
+    ("m", "Lehrer", "Lehrer", "teacher", "teachers"),
+    ("m", "Koch", "Köche", "cook", "cooks"),
+    ("m", "Ball", "Bälle", "ball", "balls"),
+    ("m", "Tisch", "Tische", "table", "tables"),
+    ("m", "Apfel", "Äpfel", "apple", "apples"),
+    ("m", "Garten", "Gärten", "garden", "gardens"),
+    ("m", "Stuhl", "Stühle", "chair", "chairs"),
+    ("m", "Baum", "Bäume", "tree", "trees"),
+    ("m", "Wagen", "Wagen", "car", "cars"),
+    ("m", "Brief", "Briefe", "letter", "letters"),
+    ("m", "Freund", "Freunde", "friend", "friends"),
+    ("m", "Arzt", "Ärzte", "doctor", "doctors"),
+    ("m", "Sohn", "Söhne", "son", "sons"),
+    ("f", "Katze", "Katzen", "cat", "cats"),
+    ("f", "Frau", "Frauen", "woman", "women"),
+    ("f", "Blume", "Blumen", "flower", "flowers"),
+    ("f", "Tür", "Türen", "door", "doors"),
+    ("f", "Lampe", "Lampen", "lamp", "lamps"),
+    ("f", "Tasche", "Taschen", "bag", "bags"),
+    ("f", "Straße", "Straßen", "street", "streets"),
+    ("f", "Schule", "Schulen", "school", "schools"),
+    ("f", "Maus", "Mäuse", "mouse", "mice"),
+    ("f", "Kuh", "Kühe", "cow", "cows"),
+    ("f", "Schwester", "Schwestern", "sister", "sisters"),
+    ("f", "Zeitung", "Zeitungen", "newspaper", "newspapers"),
+    ("f", "Brücke", "Brücken", "bridge", "bridges"),
+    ("f", "Orange", "Orangen", "orange", "oranges"),
+    ("n", "Kind", "Kinder", "child", "children"),
+    ("n", "Mädchen", "Mädchen", "girl", "girls"),
+    ("n", "Pferd", "Pferde", "horse", "horses"),
+    ("n", "Buch", "Bücher", "book", "books"),
+    ("n", "Haus", "Häuser", "house", "houses"),
+    ("n", "Boot", "Boote", "boat", "boats"),
+    ("n", "Fenster", "Fenster", "window", "windows"),
+    ("n", "Bild", "Bilder", "picture", "pictures"),
+    ("n", "Lied", "Lieder", "song", "songs"),
+    ("n", "Schwein", "Schweine", "pig", "pigs"),
+    ("n", "Fahrrad", "Fahrräder", "bicycle", "bicycles"),
+    ("n", "Ei", "Eier", "egg", "eggs"),
 ]
 ADJECTIVES = [
-    ("groß", "big"), ("klein", "small"), ("alt", "old"), ("jung", "young"), ("rot", "red"),
-    ("blau", "blue"), ("grün", "green"), ("schwarz", "black"), ("weiß", "white"), ("schnell", "fast"),
-    ("langsam", "slow"), ("müde", "tired"), ("glücklich", "happy"), ("neu", "new"), ("hungrig", "hungry"),
-    ("laut", "loud"), ("ruhig", "quiet"), ("schön", "beautiful"), ("braun", "brown"), ("gelb", "yellow"),
-    ("arm", "poor"), ("reich", "rich"), ("leer", "empty"), ("billig", "cheap"),
+    ("groß", "big"),
+    ("klein", "small"),
+    ("alt", "old"),
+    ("jung", "young"),
+    ("rot", "red"),
+    ("blau", "blue"),
+    ("grün", "green"),
+    ("schwarz", "black"),
+    ("weiß", "white"),
+    ("schnell", "fast"),
+    ("langsam", "slow"),
+    ("müde", "tired"),
+    ("glücklich", "happy"),
+    ("neu", "new"),
+    ("hungrig", "hungry"),
+    ("laut", "loud"),
+    ("ruhig", "quiet"),
+    ("schön", "beautiful"),
+    ("braun", "brown"),
+    ("gelb", "yellow"),
+    ("arm", "poor"),
+    ("reich", "rich"),
+    ("leer", "empty"),
+    ("billig", "cheap"),
 ]
 # German 3sg, 3pl, participle, perfect auxiliary (haben|sein); English 3sg, plural, participle
 TRANSITIVE = [
@@ -69,20 +110,39 @@ INTRANSITIVE = [
     ("tanzt", "tanzen", "getanzt", "h", "dances", "dance", "danced"),
     ("kommt", "kommen", "gekommen", "s", "comes", "come", "come"),
 ]
-PREPOSITIONS = [("mit", "with"), ("neben", "next to"), ("unter", "under"), ("hinter", "behind"),
-                ("in", "in"), ("auf", "on"), ("vor", "in front of")]
-FRONT_ADVERBS = [("heute", "today"), ("jetzt", "now"), ("manchmal", "sometimes"), ("morgens", "in the morning")]
+PREPOSITIONS = [
+    ("mit", "with"),
+    ("neben", "next to"),
+    ("unter", "under"),
+    ("hinter", "behind"),
+    ("in", "in"),
+    ("auf", "on"),
+    ("vor", "in front of"),
+]
+FRONT_ADVERBS = [
+    ("heute", "today"),
+    ("jetzt", "now"),
+    ("manchmal", "sometimes"),
+    ("morgens", "in the morning"),
+]
 MID_ADVERBS = [("oft", "often"), ("immer", "always"), ("selten", "rarely")]
 CONJUNCTIONS = [("weil", "because"), ("während", "while"), ("obwohl", "although")]
 
-DEF = {"nom": {"m": "der", "f": "die", "n": "das", "p": "die"},
-       "acc": {"m": "den", "f": "die", "n": "das", "p": "die"},
-       "dat": {"m": "dem", "f": "der", "n": "dem", "p": "den"}}
-INDEF = {"nom": {"m": "ein", "f": "eine", "n": "ein"},
-         "acc": {"m": "einen", "f": "eine", "n": "ein"},
-         "dat": {"m": "einem", "f": "einer", "n": "einem"}}
-MIXED_ENDING = {"nom": {"m": "er", "f": "e", "n": "es"}, "acc": {"m": "en", "f": "e", "n": "es"},
-                "dat": {"m": "en", "f": "en", "n": "en"}}
+DEF = {
+    "nom": {"m": "der", "f": "die", "n": "das", "p": "die"},
+    "acc": {"m": "den", "f": "die", "n": "das", "p": "die"},
+    "dat": {"m": "dem", "f": "der", "n": "dem", "p": "den"},
+}
+INDEF = {
+    "nom": {"m": "ein", "f": "eine", "n": "ein"},
+    "acc": {"m": "einen", "f": "eine", "n": "ein"},
+    "dat": {"m": "einem", "f": "einer", "n": "einem"},
+}
+MIXED_ENDING = {
+    "nom": {"m": "er", "f": "e", "n": "es"},
+    "acc": {"m": "en", "f": "e", "n": "es"},
+    "dat": {"m": "en", "f": "en", "n": "en"},
+}
 
 
 def _adj_ending(definite: bool, case: str, gender: str) -> str:

@@ -5,6 +5,7 @@ Translation sorts lines by length into token-budget batches and restores the inp
 output has exactly one line per input line (empty input -> empty output). Training validates with
 these functions, `mt translate` and `mt evaluate` call them; none of them reads or writes files.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,7 +16,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from mt.config import DecodeConfig
 from mt.data import normalize, source_batch, token_batches
-from mt.decode import Hypothesis, beam_search, greedy_decode
+from mt.decode import Hypothesis, search
 from mt.model import Seq2Seq
 from mt.tokenizer import Tokenizer
 
@@ -34,13 +35,41 @@ def split_pieces(ids: list[int], limit: int, starts_word: Callable[[int], bool])
 
 
 def _join(hyps: list[Hypothesis]) -> Hypothesis:
-    return Hypothesis([t for h in hyps for t in h.tokens], sum(h.score for h in hyps), sum(h.logprob for h in hyps))
+    return Hypothesis(
+        [t for h in hyps for t in h.tokens], sum(h.score for h in hyps), sum(h.logprob for h in hyps)
+    )
 
 
 @torch.inference_mode()
-def search_lines(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: DecodeConfig,
-                 device: torch.device | str = "cpu", use_cache: bool = True,
-                 max_source_pieces: int | None = None) -> list[list[Hypothesis]]:
+def source_parts(tokenizer: Tokenizer, lines: list[str], limit: int) -> tuple[list[int], list[list[int]]]:
+    """The lines' normalised pieces, a line longer than `limit` pieces split into parts (with a
+    warning): (the input line of each part, the parts); an empty line has none."""
+    owner: list[int] = []
+    parts: list[list[int]] = []
+    for i, ids in enumerate(tokenizer.encode([normalize(line) for line in lines])):
+        pieces = split_pieces(ids, limit, tokenizer.starts_word) if ids else []
+        if len(pieces) > 1:
+            log.warning(
+                "line %d: %d pieces, more than the %d this model takes; translated in %d parts",
+                i + 1,
+                len(ids),
+                limit,
+                len(pieces),
+            )
+        owner += [i] * len(pieces)
+        parts += pieces
+    return owner, parts
+
+
+def search_lines(
+    model: Seq2Seq,
+    tokenizer: Tokenizer,
+    lines: list[str],
+    cfg: DecodeConfig,
+    device: torch.device | str = "cpu",
+    use_cache: bool = True,
+    max_source_pieces: int | None = None,
+) -> list[list[Hypothesis]]:
     """Decode raw lines with greedy (cfg.beam == 1) or beam search: cfg.n_best hypotheses per line.
 
     Lines are sorted by length into batches of about cfg.batch_tokens source tokens (divided by the
@@ -51,44 +80,44 @@ def search_lines(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: De
     was_training = model.training
     model.eval()
     limit = min(max_source_pieces or model.cfg.max_positions, model.cfg.max_positions - 1)  # room for eos
-    owner: list[int] = []        # input line of each part
-    parts: list[list[int]] = []
-    for i, ids in enumerate(tokenizer.encode([normalize(line) for line in lines])):
-        pieces = split_pieces(ids, limit, tokenizer.starts_word) if ids else []
-        if len(pieces) > 1:
-            log.warning("line %d: %d pieces, more than the %d this model takes; translated in %d parts",
-                        i + 1, len(ids), limit, len(pieces))
-        owner += [i] * len(pieces)
-        parts += pieces
+    owner, parts = source_parts(tokenizer, lines, limit)
     lengths = [len(p) + 1 for p in parts]
     found: list[list[Hypothesis]] = [[] for _ in parts]
     for group in token_batches(lengths, lengths, max(cfg.batch_tokens // cfg.beam, 1)):
         src, src_mask = (t.to(device) for t in source_batch([parts[g] for g in group]))
-        if cfg.beam == 1:
-            hyps = [[h] for h in greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b, use_cache)]
-        else:
-            hyps = beam_search(model, src, src_mask, cfg.beam, cfg.max_len_a, cfg.max_len_b,
-                               cfg.length_penalty, cfg.n_best, use_cache)
-        for g, h in zip(group, hyps):
+        for g, h in zip(group, search(model, src, src_mask, cfg, use_cache)):
             found[g] = h
     model.train(was_training)
     by_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
     for i, hyps in zip(owner, found):
         by_line[i].append(hyps)
-    return [line[0] if len(line) == 1 else [_join([h[0] for h in line]) if line else Hypothesis([], 0.0, 0.0)]
-            for line in by_line]
+    return [
+        line[0] if len(line) == 1 else [_join([h[0] for h in line]) if line else Hypothesis([], 0.0, 0.0)]
+        for line in by_line
+    ]
 
 
-def translate_lines(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: DecodeConfig,
-                    device: torch.device | str = "cpu", max_source_pieces: int | None = None) -> list[str]:
+def translate_lines(
+    model: Seq2Seq,
+    tokenizer: Tokenizer,
+    lines: list[str],
+    cfg: DecodeConfig,
+    device: torch.device | str = "cpu",
+    max_source_pieces: int | None = None,
+) -> list[str]:
     """Translate raw lines; returns exactly len(lines) lines (the 1-best) in input order."""
     found = search_lines(model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces)
     return tokenizer.decode([hyps[0].tokens for hyps in found])
 
 
-def translate_nbest(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], cfg: DecodeConfig,
-                    device: torch.device | str = "cpu", max_source_pieces: int | None = None
-                    ) -> list[list[tuple[str, float]]]:
+def translate_nbest(
+    model: Seq2Seq,
+    tokenizer: Tokenizer,
+    lines: list[str],
+    cfg: DecodeConfig,
+    device: torch.device | str = "cpu",
+    max_source_pieces: int | None = None,
+) -> list[list[tuple[str, float]]]:
     """Up to cfg.n_best (text, score) pairs per input line, best first."""
     found = search_lines(model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces)
     return [list(zip(tokenizer.decode([h.tokens for h in hyps]), (h.score for h in hyps))) for hyps in found]
@@ -104,6 +133,13 @@ def score(hypotheses: list[str], *references: list[str]) -> dict:
     b = bleu.corpus_score(hypotheses, list(references))
     c = chrf.corpus_score(hypotheses, list(references))
     lc = lowercased.corpus_score(hypotheses, list(references))
-    return {"bleu": b.score, "chrf": c.score, "bleu_lc": lc.score, "bleu_signature": str(bleu.get_signature()),
-            "chrf_signature": str(chrf.get_signature()), "bleu_lc_signature": str(lowercased.get_signature()),
-            "sentences": len(hypotheses), "length_ratio": b.sys_len / max(b.ref_len, 1)}
+    return {
+        "bleu": b.score,
+        "chrf": c.score,
+        "bleu_lc": lc.score,
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+        "bleu_lc_signature": str(lowercased.get_signature()),
+        "sentences": len(hypotheses),
+        "length_ratio": b.sys_len / max(b.ref_len, 1),
+    }

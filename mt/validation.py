@@ -1,6 +1,7 @@
 """Validation: the held-out split's teacher-forced loss and the BLEU/chrF of its translations, decoded
 one fixed way (`validation_decoding`), which is what "best" in best.pt means.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class Validation:
     """Held-out data: raw lines to translate, and batches for the teacher-forced loss."""
+
     src_lines: list[str]
     ref_lines: list[str]
     batches: list[Batch]
@@ -30,7 +32,9 @@ class Validation:
 def make_validation(src: list[str], ref: list[str], tokenizer: Tokenizer, max_tokens: int) -> Validation:
     src_ids, tgt_ids = tokenizer.encode(src), tokenizer.encode(ref)
     groups = token_batches([len(s) + 1 for s in src_ids], [len(t) + 1 for t in tgt_ids], max_tokens)
-    return Validation(src, ref, [make_batch([src_ids[i] for i in g], [tgt_ids[i] for i in g]) for g in groups])
+    return Validation(
+        src, ref, [make_batch([src_ids[i] for i in g], [tgt_ids[i] for i in g]) for g in groups]
+    )
 
 
 def validation_decoding(cfg: RunConfig) -> DecodeConfig:
@@ -40,7 +44,9 @@ def validation_decoding(cfg: RunConfig) -> DecodeConfig:
 
 
 @torch.no_grad()
-def validate(model: Seq2Seq, val: Validation, tokenizer: Tokenizer, cfg: RunConfig, device: torch.device) -> dict:
+def validate(
+    model: Seq2Seq, val: Validation, tokenizer: Tokenizer, cfg: RunConfig, device: torch.device
+) -> dict:
     """Teacher-forced loss/perplexity and BLEU/chrF of the translations on the validation set."""
     model.eval()
     loss_sum = nll_sum = 0.0
@@ -53,8 +59,19 @@ def validate(model: Seq2Seq, val: Validation, tokenizer: Tokenizer, cfg: RunConf
     scores = score(hyps, val.ref_lines)
     model.train()
     for i in range(3):
-        log.info("example %d | source: %s | reference: %s | hypothesis: %s",
-                 i, val.src_lines[i], val.ref_lines[i], hyps[i])
-    return {"val_loss": loss_sum / ntokens, "val_nll": nll_sum / ntokens,
-            "val_ppl": math.exp(min(nll_sum / ntokens, 50.0)), "val_bleu": scores["bleu"],
-            "val_chrf": scores["chrf"], "valid_beam": cfg.train.valid_beam, "bleu_signature": scores["bleu_signature"]}
+        log.info(
+            "example %d | source: %s | reference: %s | hypothesis: %s",
+            i,
+            val.src_lines[i],
+            val.ref_lines[i],
+            hyps[i],
+        )
+    return {
+        "val_loss": loss_sum / ntokens,
+        "val_nll": nll_sum / ntokens,
+        "val_ppl": math.exp(min(nll_sum / ntokens, 50.0)),
+        "val_bleu": scores["bleu"],
+        "val_chrf": scores["chrf"],
+        "valid_beam": cfg.train.valid_beam,
+        "bleu_signature": scores["bleu_signature"],
+    }

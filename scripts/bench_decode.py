@@ -7,6 +7,7 @@ included, per second), BLEU, and the same timing for decoding that re-runs the d
 prefix at every step (uncached_seconds, speedup_vs_uncached). Tokenization and batching are inside
 the timed part, model loading is not.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,16 +49,28 @@ def main() -> None:
     timed(model, tokenizer, src[:50], cfg.decode, device, True)  # warm up allocator and kernels
     seconds, found = timed(model, tokenizer, src, cfg.decode, device, True)
     hyps = [h[0].tokens for h in found]
-    result = {"run": args.run, "split": args.split, "sentences": len(src), "beam": args.beam,
-              "batch_tokens": cfg.decode.batch_tokens, "device": str(device), "threads": torch.get_num_threads(),
-              "seconds": round(seconds, 3), "sentences_per_s": round(len(src) / seconds, 1),
-              "tokens_per_s": round(sum(len(h) + 1 for h in hyps) / seconds, 1),
-              "bleu": round(score(tokenizer.decode(hyps), ref)["bleu"], 2)}
+    result = {
+        "run": args.run,
+        "split": args.split,
+        "sentences": len(src),
+        "beam": args.beam,
+        "batch_tokens": cfg.decode.batch_tokens,
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "seconds": round(seconds, 3),
+        "sentences_per_s": round(len(src) / seconds, 1),
+        "tokens_per_s": round(sum(len(h) + 1 for h in hyps) / seconds, 1),
+        "bleu": round(score(tokenizer.decode(hyps), ref)["bleu"], 2),
+    }
     if not args.skip_uncached:
         uncached_seconds, uncached = timed(model, tokenizer, src, cfg.decode, device, False)
-        result.update({"uncached_seconds": round(uncached_seconds, 3),
-                       "speedup_vs_uncached": round(uncached_seconds / seconds, 2),
-                       "uncached_same_output": [h[0].tokens for h in uncached] == hyps})
+        result.update(
+            {
+                "uncached_seconds": round(uncached_seconds, 3),
+                "speedup_vs_uncached": round(uncached_seconds / seconds, 2),
+                "uncached_same_output": [h[0].tokens for h in uncached] == hyps,
+            }
+        )
     print(json.dumps(result), flush=True)
 
 

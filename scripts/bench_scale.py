@@ -7,9 +7,11 @@ then runs `mt train configs/multi30k.yaml` for 50 updates twice: a first start (
 binarizing into a fresh cache folder) and a restart (resuming the run, the cache reused). Prints one
 JSON line: peak RSS of the processes over 50 MB (the largest, their sum, each: with torchrun the
 launcher is one of them), the machine's peak memory in use beyond its level at the start (page cache
-not counted), seconds from process start to the first update, disk used by the binarized corpus, and tokens/s over the 50 updates.
+not counted), seconds from process start to the first update, disk used by the binarized corpus, and
+tokens/s over the 50 updates.
 With --nproc 2 the runs go through torchrun.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +57,9 @@ def process_tree_rss(pid: int) -> dict[int, int]:
             children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
         except OSError:
             continue
-        rss = next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+        rss = next(
+            (int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0
+        )
         found[p] = rss
         todo += [int(c) for c in children]
     return found
@@ -63,7 +67,10 @@ def process_tree_rss(pid: int) -> dict[int, int]:
 
 def machine_used() -> int:
     """Bytes of memory in use on the machine (MemTotal - MemAvailable), page cache not counted."""
-    info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()}
+    info = {
+        line.split(":")[0]: int(line.split()[1]) * 1024
+        for line in Path("/proc/meminfo").read_text().splitlines()
+    }
     return info["MemTotal"] - info["MemAvailable"]
 
 
@@ -72,7 +79,9 @@ def run_train(cmd: list[str], env: dict, run_dir: Path, steps_before: int) -> di
     metrics = run_dir / "metrics.jsonl"
     baseline, machine_peak = machine_used(), 0
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     peak: dict[int, int] = {}
     peak_sum, first_step = 0, None
     stderr: list[str] = []
@@ -80,7 +89,7 @@ def run_train(cmd: list[str], env: dict, run_dir: Path, steps_before: int) -> di
     reader.start()
     while proc.poll() is None:
         tree = process_tree_rss(proc.pid)
-        training = {p: r for p, r in tree.items() if r > 50 * 2 ** 20}  # python processes, not the shell
+        training = {p: r for p, r in tree.items() if r > 50 * 2**20}  # python processes, not the shell
         for p, r in training.items():
             peak[p] = max(peak.get(p, 0), r)
         peak_sum = max(peak_sum, sum(training.values()))
@@ -95,10 +104,15 @@ def run_train(cmd: list[str], env: dict, run_dir: Path, steps_before: int) -> di
         sys.exit("training failed:\n" + "".join(stderr[-20:]))
     rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     speed = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r and r["step"] > steps_before]
-    return {"peak_rss_mb": round(max(peak.values()) / 2 ** 20), "peak_rss_sum_mb": round(peak_sum / 2 ** 20),
-            "peak_rss_each_mb": sorted(round(r / 2 ** 20) for r in peak.values()),
-            "machine_peak_mb": round(machine_peak / 2 ** 20), "processes": len(peak), "first_step_s": round(first_step, 1) if first_step else None,
-            "tokens_per_s": round(sum(speed) / len(speed)) if speed else None}
+    return {
+        "peak_rss_mb": round(max(peak.values()) / 2**20),
+        "peak_rss_sum_mb": round(peak_sum / 2**20),
+        "peak_rss_each_mb": sorted(round(r / 2**20) for r in peak.values()),
+        "machine_peak_mb": round(machine_peak / 2**20),
+        "processes": len(peak),
+        "first_step_s": round(first_step, 1) if first_step else None,
+        "tokens_per_s": round(sum(speed) / len(speed)) if speed else None,
+    }
 
 
 def main() -> None:
@@ -114,16 +128,50 @@ def main() -> None:
     shutil.rmtree(cache, ignore_errors=True)
     shutil.rmtree(run_dir, ignore_errors=True)
     env = dict(os.environ, MT_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
-    launcher = [sys.executable, "-m", "mt"] if args.nproc == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}", "-m", "mt"]
-    common = ["train", "configs/multi30k.yaml", "--run-dir", str(run_dir), "--set", "data.corpus=files",
-              "--set", f"data.dir={corpus}", "--set", "train.log_every=1", "--set", "train.valid_every=1000000",
-              "--set", "train.max_minutes=0"]
+    launcher = (
+        [sys.executable, "-m", "mt"]
+        if args.nproc == 1
+        else [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={args.nproc}",
+            "-m",
+            "mt",
+        ]
+    )
+    common = [
+        "train",
+        "configs/multi30k.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "data.corpus=files",
+        "--set",
+        f"data.dir={corpus}",
+        "--set",
+        "train.log_every=1",
+        "--set",
+        "train.valid_every=1000000",
+        "--set",
+        "train.max_minutes=0",
+    ]
     first = run_train(launcher + common + ["--set", "train.max_steps=50"], env, run_dir, 0)
     restart = run_train(launcher + common + ["--set", "train.max_steps=60"], env, run_dir, 50)
     disk = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
-    print(json.dumps({"pairs": args.pairs, "processes": args.nproc, "first_start": first, "restart": restart,
-                      "binarized_mb": round(disk / 2 ** 20, 1)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "pairs": args.pairs,
+                "processes": args.nproc,
+                "first_start": first,
+                "restart": restart,
+                "binarized_mb": round(disk / 2**20, 1),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

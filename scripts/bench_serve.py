@@ -18,6 +18,7 @@ through the server is also compared line by line with `mt translate`'s output.
 Prints a Markdown table and writes --out (JSON). Run nothing else meanwhile: 2 cores are shared by
 the clients, the server and its decoding thread.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,12 @@ def baseline(run: str, lines: list[str]) -> tuple[float, list[str]]:
         src = Path(tmp) / "test.de"
         src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "mt", "translate", "--run", run, "--input", str(src)],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "mt", "translate", "--run", run, "--input", str(src)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         return time.perf_counter() - start, out.split("\n")[:-1]
 
 
@@ -84,7 +89,9 @@ def in_process(run: str, lines: list[str], size: int) -> float:
     cfg, tokenizer, model = load_run(run)
     start = time.perf_counter()
     for i in range(0, len(lines), size):
-        translate_nbest(model, tokenizer, lines[i: i + size], cfg.decode, "cpu", max_source_pieces=cfg.data.max_len)
+        translate_nbest(
+            model, tokenizer, lines[i : i + size], cfg.decode, "cpu", max_source_pieces=cfg.data.max_len
+        )
     return len(lines) / (time.perf_counter() - start)
 
 
@@ -99,8 +106,12 @@ def level(port: int, lines: list[str], clients: int, seconds: float, per_request
     rounds = batches(port)
     deadline = time.perf_counter() + seconds
     start = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(port, lines, c * len(lines) // clients, per_request, deadline,
-                                                      results[c])) for c in range(clients)]
+    threads = [
+        threading.Thread(
+            target=client, args=(port, lines, c * len(lines) // clients, per_request, deadline, results[c])
+        )
+        for c in range(clients)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -110,16 +121,25 @@ def level(port: int, lines: list[str], clients: int, seconds: float, per_request
     done = sorted(r for rs in results for r in rs)
     latencies = [r[0] for r in done]
     pct = lambda q: latencies[min(int(q * len(latencies)), len(latencies) - 1)] * 1000  # noqa: E731
-    return {"clients": clients, "seconds": round(elapsed, 1), "requests": len(done),
-            "requests_per_s": round(len(done) / elapsed, 2),
-            "sentences_per_s": round(sum(r[1] for r in done if r[2]) / elapsed, 2),
-            "p50_ms": round(pct(0.50), 1), "p99_ms": round(pct(0.99), 1), "errors": sum(not r[2] for r in done),
-            "lines_per_batch": round(sum(r[1] for r in done) / max(rounds, 1), 1)}
+    return {
+        "clients": clients,
+        "seconds": round(elapsed, 1),
+        "requests": len(done),
+        "requests_per_s": round(len(done) / elapsed, 2),
+        "sentences_per_s": round(sum(r[1] for r in done if r[2]) / elapsed, 2),
+        "p50_ms": round(pct(0.50), 1),
+        "p99_ms": round(pct(0.99), 1),
+        "errors": sum(not r[2] for r in done),
+        "lines_per_batch": round(sum(r[1] for r in done) / max(rounds, 1), 1),
+    }
 
 
 def start_server(run: str, port: int) -> subprocess.Popen:
-    server = subprocess.Popen([sys.executable, "-m", "mt", "serve", "--run", run, "--port", str(port),
-                               "--max-queue", "4096"], stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mt", "serve", "--run", run, "--port", str(port), "--max-queue", "4096"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for _ in range(600):
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -143,36 +163,65 @@ def main() -> None:
     cfg, _, _ = load_run(args.run)
     lines = load_split(cfg.data, "test")[0]
     wall, reference = baseline(args.run, lines)
-    rate = 2 / sum(1 / in_process(args.run, lines, len(lines)) for _ in range(2))  # noisy: the mean time of two
-    translate = {"sentences": len(lines), "wall_s": round(wall, 2), "decode_s": round(len(lines) / rate, 2),
-                 "sentences_per_s": round(rate, 2),
-                 "sentences_per_s_with_load": round(len(lines) / wall, 2)}
+    rate = 2 / sum(
+        1 / in_process(args.run, lines, len(lines)) for _ in range(2)
+    )  # noisy: the mean time of two
+    translate = {
+        "sentences": len(lines),
+        "wall_s": round(wall, 2),
+        "decode_s": round(len(lines) / rate, 2),
+        "sentences_per_s": round(rate, 2),
+        "sentences_per_s_with_load": round(len(lines) / wall, 2),
+    }
     ceiling = {n: round(in_process(args.run, lines, n * args.lines_per_request), 2) for n in args.clients}
     port = free_port()
     server = start_server(args.run, port)
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-        served = [t["translation"] for i in range(0, len(lines), 256) for t in post(conn, lines[i: i + 256])[1]["translations"]]
+        served = [
+            t["translation"]
+            for i in range(0, len(lines), 256)
+            for t in post(conn, lines[i : i + 256])[1]["translations"]
+        ]
         same = sum(a == b for a, b in zip(served, reference))
-        levels = [{**level(port, lines, n, args.seconds, args.lines_per_request),
-                   "in_process_sentences_per_s": ceiling[n]} for n in args.clients]
+        levels = [
+            {
+                **level(port, lines, n, args.seconds, args.lines_per_request),
+                "in_process_sentences_per_s": ceiling[n],
+            }
+            for n in args.clients
+        ]
     finally:
         server.terminate()
         server.wait(30)
-    result = {"run": args.run, "beam": cfg.decode.beam, "lines_per_request": args.lines_per_request,
-              "cpu_threads": os.cpu_count(), "mt_translate": translate,
-              "identical_to_mt_translate": f"{same} of {len(lines)}", "levels": levels}
+    result = {
+        "run": args.run,
+        "beam": cfg.decode.beam,
+        "lines_per_request": args.lines_per_request,
+        "cpu_threads": os.cpu_count(),
+        "mt_translate": translate,
+        "identical_to_mt_translate": f"{same} of {len(lines)}",
+        "levels": levels,
+    }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"mt translate: {translate['sentences_per_s']} sentences/s decoding ({translate['sentences']} lines in "
-          f"{translate['decode_s']} s; the whole command {translate['wall_s']} s with start-up and loading); "
-          f"server output identical on {same} of {len(lines)} lines")
-    print("| clients | requests/s | sentences/s | vs mt translate | p50 ms | p99 ms | errors | lines/batch | "
-          "in-process, same lines in flight |")
+    print(
+        f"mt translate: {translate['sentences_per_s']} sentences/s decoding "
+        f"({translate['sentences']} lines in "
+        f"{translate['decode_s']} s; the whole command {translate['wall_s']} s with start-up and loading); "
+        f"server output identical on {same} of {len(lines)} lines"
+    )
+    print(
+        "| clients | requests/s | sentences/s | vs mt translate | p50 ms | p99 ms | errors | lines/batch | "
+        "in-process, same lines in flight |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in levels:
-        print(f"| {r['clients']} | {r['requests_per_s']} | {r['sentences_per_s']} | "
-              f"{r['sentences_per_s'] / translate['sentences_per_s']:.0%} | {r['p50_ms']} | {r['p99_ms']} | {r['errors']} | {r['lines_per_batch']} | "
-              f"{r['in_process_sentences_per_s']} ({r['sentences_per_s'] / r['in_process_sentences_per_s']:.0%}) |")
+        print(
+            f"| {r['clients']} | {r['requests_per_s']} | {r['sentences_per_s']} | "
+            f"{r['sentences_per_s'] / translate['sentences_per_s']:.0%} | {r['p50_ms']} | {r['p99_ms']} "
+            f"| {r['errors']} | {r['lines_per_batch']} | {r['in_process_sentences_per_s']} "
+            f"({r['sentences_per_s'] / r['in_process_sentences_per_s']:.0%}) |"
+        )
 
 
 if __name__ == "__main__":

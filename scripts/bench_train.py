@@ -7,6 +7,7 @@ tokens/s over `--steps` updates after `--warmup` untimed ones, on the same batch
 peak memory; fp16 with its grad scaler, as `mt train`). Compare ratios from one run; absolute numbers drift
 with whatever else the machine is doing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,7 @@ from mt.data import drop_long_pairs, epoch_batches, load_split
 from mt.distributed import native_precisions, resolve_device, set_precision
 from mt.model import Seq2Seq
 from mt.tokenizer import train_tokenizer
-from mt.train import inverse_sqrt_lr, train_step
+from mt.step import inverse_sqrt_lr, train_step
 
 
 def measure(cfg, batches, vocab_size: int, precision: str, warmup: int, device: torch.device) -> dict:
@@ -43,18 +44,27 @@ def measure(cfg, batches, vocab_size: int, precision: str, warmup: int, device: 
         tokens += stats.tokens
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-    busy = gpu_busy(model, optimizer, batches[warmup:warmup + 5], train_cfg, scaler, device) \
-        if device.type == "cuda" else None
-    return {"precision": precision, "steps": len(batches) - warmup, "seconds": round(seconds, 2),
-            "tokens_per_s": round(tokens / seconds, 1),
-            "last_loss_per_token": round(stats.loss / stats.target_tokens, 4),
-            "peak_gpu_gib": None if peak is None else round(peak, 2), "gpu_busy": busy}
+    busy = (
+        gpu_busy(model, optimizer, batches[warmup : warmup + 5], train_cfg, scaler, device)
+        if device.type == "cuda"
+        else None
+    )
+    return {
+        "precision": precision,
+        "steps": len(batches) - warmup,
+        "seconds": round(seconds, 2),
+        "tokens_per_s": round(tokens / seconds, 1),
+        "last_loss_per_token": round(stats.loss / stats.target_tokens, 4),
+        "peak_gpu_gib": None if peak is None else round(peak, 2),
+        "gpu_busy": busy,
+    }
 
 
 def gpu_busy(model, optimizer, batches, train_cfg, scaler, device: torch.device) -> float:
     """The fraction of a few updates' wall time that CUDA kernels ran (torch.profiler): well under 1
     means the GPU waits for the host (Python, launches, syncs)."""
     from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         for batch in batches:
@@ -86,9 +96,19 @@ def main() -> None:
     batches = epoch[: args.steps + args.warmup]
     for precision in args.precisions:
         result = measure(cfg, batches, tokenizer.vocab_size, precision, args.warmup, device)
-        print(json.dumps({"config": cfg.name, "threads": torch.get_num_threads(), "device": str(device), **result,
-                          "epoch_updates": len(epoch),
-                          "seconds_per_epoch": round(epoch_tokens / result["tokens_per_s"], 1)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "config": cfg.name,
+                    "threads": torch.get_num_threads(),
+                    "device": str(device),
+                    **result,
+                    "epoch_updates": len(epoch),
+                    "seconds_per_epoch": round(epoch_tokens / result["tokens_per_s"], 1),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ lines, a changed run directory, or misaligned translate output), then the first 
 Run it with PYTHONPATH naming another checkout to count an older mt's failures. Exit code 1 if
 anything broke.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,11 +31,14 @@ from fuzzing import DAMAGE, READERS, damage, make_workspace  # noqa: E402
 def small_corpus(folder: Path) -> Path:
     """The tests' small corpus: the first 400/40/40 toy pairs as a `files` corpus."""
     from mt.toy import toy_corpus
+
     toy = toy_corpus()
     folder.mkdir(parents=True)
     for split, n in [("train", 400), ("val", 40), ("test", 40)]:
         for lang, lines in zip(("de", "en"), toy[split]):
-            (folder / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines[:n]), encoding="utf-8")
+            (folder / f"{split}.{lang}").write_text(
+                "".join(line + "\n" for line in lines[:n]), encoding="utf-8"
+            )
     return folder
 
 
@@ -43,8 +47,13 @@ def soak(workspace, name: str, examples: int, seed_value: int) -> tuple[collecti
     original = valid(workspace)
     counts, problems = collections.Counter(), []
 
-    @settings(max_examples=examples, derandomize=seed_value == 0, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        derandomize=seed_value == 0,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(DAMAGE)
     def run(ops):
         outcome = read(workspace, damage(original, ops))
@@ -64,20 +73,29 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="0: hypothesis's fixed derandomized draws")
     args = parser.parse_args()
     import mt
+
     print(f"mt from {Path(mt.__file__).parent}; {args.examples} damaged files per reader", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         workspace = make_workspace(Path(tmp) / "ws", small_corpus(Path(tmp) / "corpus"))
         total = collections.Counter()
-        print("| reader | tried | read fine | refused (exit 2, one line) | broke | seconds |\n|---|---:|---:|---:|---:|---:|")
+        print(
+            "| reader | tried | read fine | refused (exit 2, one line) | broke | seconds |\n"
+            "|---|---:|---:|---:|---:|---:|"
+        )
         for name in args.reader or list(READERS):
             start = time.perf_counter()
             counts, problems = soak(workspace, name, args.examples, args.seed)
             total.update(counts)
-            print(f"| {name} | {sum(counts.values())} | {counts['worked']} | {counts['refused']} | {counts['broke']} "
-                  f"| {time.perf_counter() - start:.0f} |", flush=True)
+            print(
+                f"| {name} | {sum(counts.values())} | {counts['worked']} | {counts['refused']} "
+                f"| {counts['broke']} | {time.perf_counter() - start:.0f} |",
+                flush=True,
+            )
             for problem in problems:
                 print(f"|   ↳ {problem} | | | | | |", flush=True)
-        print(f"| all | {sum(total.values())} | {total['worked']} | {total['refused']} | {total['broke']} | |")
+        print(
+            f"| all | {sum(total.values())} | {total['worked']} | {total['refused']} | {total['broke']} | |"
+        )
     return 1 if total["broke"] else 0
 
 

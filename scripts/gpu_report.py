@@ -19,6 +19,7 @@ Parts (a part that fails is recorded with its error, and the next one runs):
 
 --tiny swaps the Multi30k configs for the generated toy corpus and a tiny model, for a CPU check.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,16 @@ PARTS = ["env", "gpu-tests", "bench", "train", "resume", "cpu-suite"]
 PRECISIONS = ["fp32", "tf32", "bf16", "fp16"]
 CONFIGS = ["configs/multi30k.yaml", "configs/multi30k-gpu.yaml"]
 TINY_CONFIG = "configs/toy.yaml"
-TINY = ["model.d_model=32", "model.d_ff=64", "model.layers=1", "tokenizer.vocab_size=200", "train.max_tokens=400",
-        "train.log_every=2", "train.valid_every=10", "train.threads=1"]
+TINY = [
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.layers=1",
+    "tokenizer.vocab_size=200",
+    "train.max_tokens=400",
+    "train.log_every=2",
+    "train.valid_every=10",
+    "train.threads=1",
+]
 
 
 class Kit:
@@ -56,8 +65,9 @@ class Kit:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})}
         start = time.perf_counter()
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=seconds)
-        self.report["commands"].append({"cmd": " ".join(cmd), "rc": done.returncode,
-                                        "seconds": round(time.perf_counter() - start, 1)})
+        self.report["commands"].append(
+            {"cmd": " ".join(cmd), "rc": done.returncode, "seconds": round(time.perf_counter() - start, 1)}
+        )
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             raise RuntimeError(f"`{' '.join(cmd)}` exited {done.returncode}: {' | '.join(tail)}")
@@ -79,16 +89,32 @@ def part_env(kit: Kit) -> dict:
     import torch
     from mt.card import cpu_name
     from mt.distributed import native_precisions, resolve_device
+
     device = resolve_device(kit.args.device)
-    found = {"device": str(device), "cpu": cpu_name(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
-             "torch": torch.__version__, "cuda": torch.version.cuda, "native_precisions": native_precisions(device)}
+    found = {
+        "device": str(device),
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "native_precisions": native_precisions(device),
+    }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        found.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
-                     capability=f"{props.major}.{props.minor}", cudnn=torch.backends.cudnn.version())
+        found.update(
+            gpu=props.name,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            capability=f"{props.major}.{props.minor}",
+            cudnn=torch.backends.cudnn.version(),
+        )
         try:
-            found["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                             capture_output=True, text=True, timeout=30).stdout.strip()
+            found["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout.strip()
         except OSError:
             found["driver"] = "nvidia-smi not found"
     return found
@@ -114,7 +140,9 @@ def pytest_part(kit: Kit, selection: list[str], name: str, seconds: float, env: 
         if not xml.exists():
             raise
     outcomes = junit_outcomes(xml)
-    counts = {k: sum(v.startswith(k) for v in outcomes.values()) for k in ("passed", "failed", "error", "skipped")}
+    counts = {
+        k: sum(v.startswith(k) for v in outcomes.values()) for k in ("passed", "failed", "error", "skipped")
+    }
     return {"counts": counts, "tests": outcomes}
 
 
@@ -129,13 +157,28 @@ def part_cpu_suite(kit: Kit) -> dict:
 
 def part_bench(kit: Kit) -> dict:
     from mt.distributed import resolve_device
+
     on_cpu = resolve_device(kit.args.device).type == "cpu"
-    precisions = [p for p in PRECISIONS if not (on_cpu and p in ("tf32", "fp16"))]  # CUDA-only: refused on CPUs
+    precisions = [
+        p for p in PRECISIONS if not (on_cpu and p in ("tf32", "fp16"))
+    ]  # CUDA-only: refused on CPUs
     rows = []
     for config in kit.configs:
-        done = kit.run([sys.executable, "scripts/bench_train.py", config, "--steps", str(kit.args.bench_steps),
-                        "--device", kit.args.device, "--precisions", *precisions,
-                        *[a for s in kit.sets if not s.startswith("train.device=") for a in ("--set", s)]], 600)
+        done = kit.run(
+            [
+                sys.executable,
+                "scripts/bench_train.py",
+                config,
+                "--steps",
+                str(kit.args.bench_steps),
+                "--device",
+                kit.args.device,
+                "--precisions",
+                *precisions,
+                *[a for s in kit.sets if not s.startswith("train.device=") for a in ("--set", s)],
+            ],
+            600,
+        )
         rows += [row for row in json_lines(done.stdout) if "precision" in row]
     return {"rows": rows}
 
@@ -144,19 +187,48 @@ def part_train(kit: Kit) -> dict:
     """Train the first config for a share of the budget, then score and time decoding of its test set."""
     run, minutes = kit.out / "runs" / "train", max(0.2, 0.4 * kit.args.minutes)
     sets = kit.sets + [f"train.max_minutes={minutes}"]
-    kit.mt("train", kit.configs[0], "--run-dir", str(run), *[a for s in sets for a in ("--set", s)],
-           seconds=60 * minutes + 300)
+    kit.mt(
+        "train",
+        kit.configs[0],
+        "--run-dir",
+        str(run),
+        *[a for s in sets for a in ("--set", s)],
+        seconds=60 * minutes + 300,
+    )
     card = json.loads((run / "card.json").read_text())
-    found = {"config": kit.configs[0], "minutes": minutes, "steps": card["training"]["steps"],
-             "epochs": card["training"]["epochs"], "tokens_per_s": card["training"]["tokens_per_s"],
-             "best_val_bleu": card["training"]["best_val_bleu"], "test": {}, "decode": {}}
+    found = {
+        "config": kit.configs[0],
+        "minutes": minutes,
+        "steps": card["training"]["steps"],
+        "epochs": card["training"]["epochs"],
+        "tokens_per_s": card["training"]["tokens_per_s"],
+        "best_val_bleu": card["training"]["best_val_bleu"],
+        "test": {},
+        "decode": {},
+    }
     for beam in (1, 5):
-        kit.mt("evaluate", "--run", str(run), "--split", "test", "--beam", str(beam), "--device", kit.args.device)
+        kit.mt(
+            "evaluate", "--run", str(run), "--split", "test", "--beam", str(beam), "--device", kit.args.device
+        )
         key = "test" if beam == 1 else "test-beam5"
         result = json.loads((run / "card.json").read_text())["results"][key]
         found["test"][key] = {"bleu": round(result["bleu"], 2), "chrf": round(result["chrf"], 2)}
-        timing = json_lines(kit.run([sys.executable, "scripts/bench_decode.py", "--run", str(run), "--beam",
-                                     str(beam), "--skip-uncached", "--device", kit.args.device], 300).stdout)[-1]
+        timing = json_lines(
+            kit.run(
+                [
+                    sys.executable,
+                    "scripts/bench_decode.py",
+                    "--run",
+                    str(run),
+                    "--beam",
+                    str(beam),
+                    "--skip-uncached",
+                    "--device",
+                    kit.args.device,
+                ],
+                300,
+            ).stdout
+        )[-1]
         found["decode"][f"beam{beam}"] = {k: timing[k] for k in ("sentences", "seconds", "sentences_per_s")}
     return found
 
@@ -169,31 +241,57 @@ def metrics_losses(run: Path) -> list[float]:
 def part_resume(kit: Kit) -> dict:
     """Toy runs: 2N steps straight against N, stopped, then resumed to 2N; and the trained model's
     greedy translations on the CPU against the device (when the train part ran)."""
-    steps, base = 20, ["data.corpus=toy", *TINY, f"train.device={kit.args.device}", "train.log_every=2",
-                       "train.valid_every=10", "model.dropout=0.1"]
+    steps, base = (
+        20,
+        [
+            "data.corpus=toy",
+            *TINY,
+            f"train.device={kit.args.device}",
+            "train.log_every=2",
+            "train.valid_every=10",
+            "model.dropout=0.1",
+        ],
+    )
     runs = kit.out / "runs"
     for name, budgets in (("straight", [2 * steps]), ("resumed", [steps, 2 * steps])):
         for budget in budgets:
             sets = base + [f"train.max_steps={budget}"]
-            kit.mt("train", TINY_CONFIG, "--run-dir", str(runs / name), *[a for s in sets for a in ("--set", s)])
+            kit.mt(
+                "train", TINY_CONFIG, "--run-dir", str(runs / name), *[a for s in sets for a in ("--set", s)]
+            )
     straight, resumed = metrics_losses(runs / "straight"), metrics_losses(runs / "resumed")
-    found = {"steps": 2 * steps, "losses": len(straight), "same_count": len(straight) == len(resumed),
-             "max_abs_loss_diff": max(abs(a - b) for a, b in zip(straight, resumed))}
+    found = {
+        "steps": 2 * steps,
+        "losses": len(straight),
+        "same_count": len(straight) == len(resumed),
+        "max_abs_loss_diff": max(abs(a - b) for a, b in zip(straight, resumed)),
+    }
     trained = runs / "train"
     if (trained / "best.pt").exists() and kit.args.device != "cpu":
         from mt.config import read_saved_config
         from mt.data import load_split
+
         lines = load_split(read_saved_config(trained / "config.yaml").data, "test")[0][:300]
         (runs / "lines.src").write_text("".join(line + "\n" for line in lines))
-        out = {d: kit.mt("translate", "--run", str(trained), "--input", str(runs / "lines.src"), "--device", d).stdout
-               for d in ("cpu", kit.args.device)}
+        out = {
+            d: kit.mt(
+                "translate", "--run", str(trained), "--input", str(runs / "lines.src"), "--device", d
+            ).stdout
+            for d in ("cpu", kit.args.device)
+        }
         cpu, dev = out["cpu"].splitlines(), out[kit.args.device].splitlines()
         found["cpu_vs_device_same_lines"] = f"{sum(a == b for a, b in zip(cpu, dev))} of {len(cpu)}"
     return found
 
 
-PART_FUNCTIONS = {"env": part_env, "gpu-tests": part_gpu_tests, "bench": part_bench, "train": part_train,
-                  "resume": part_resume, "cpu-suite": part_cpu_suite}
+PART_FUNCTIONS = {
+    "env": part_env,
+    "gpu-tests": part_gpu_tests,
+    "bench": part_bench,
+    "train": part_train,
+    "resume": part_resume,
+    "cpu-suite": part_cpu_suite,
+}
 
 
 def markdown(report: dict) -> str:
@@ -209,16 +307,27 @@ def markdown(report: dict) -> str:
             continue
         found = part["result"]
         if name == "bench":
-            out += ["| config | precision | tokens/s | s/epoch | peak GiB | GPU busy | last loss |", "|---|---|---|---|---|---|---|"]
-            out += [f"| {r['config']} | {r['precision']} | {r['tokens_per_s']} | {r['seconds_per_epoch']} | "
-                    f"{r['peak_gpu_gib']} | {r['gpu_busy']} | {r['last_loss_per_token']} |" for r in found["rows"]]
+            out += [
+                "| config | precision | tokens/s | s/epoch | peak GiB | GPU busy | last loss |",
+                "|---|---|---|---|---|---|---|",
+            ]
+            out += [
+                f"| {r['config']} | {r['precision']} | {r['tokens_per_s']} | {r['seconds_per_epoch']} | "
+                f"{r['peak_gpu_gib']} | {r['gpu_busy']} | {r['last_loss_per_token']} |"
+                for r in found["rows"]
+            ]
         elif "tests" in found:
-            out += [f"{found['counts']}", ""] + [f"- `{t}`: {o}" for t, o in found["tests"].items()
-                                                 if name == "gpu-tests" or not o.startswith(("passed", "skipped"))]
+            out += [f"{found['counts']}", ""] + [
+                f"- `{t}`: {o}"
+                for t, o in found["tests"].items()
+                if name == "gpu-tests" or not o.startswith(("passed", "skipped"))
+            ]
         else:
             out += [f"- {k}: {json.dumps(v)}" for k, v in found.items()]
         out.append("")
-    out += ["## Commands", ""] + [f"- `{c['cmd']}` (rc {c['rc']}, {c['seconds']} s)" for c in report["commands"]]
+    out += ["## Commands", ""] + [
+        f"- `{c['cmd']}` (rc {c['rc']}, {c['seconds']} s)" for c in report["commands"]
+    ]
     return "\n".join(out) + "\n"
 
 

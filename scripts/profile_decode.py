@@ -7,6 +7,7 @@ steps of the batch rows a step computes), ms per step, and the split of that tim
 attention, top-k, log-softmax, cache copies, other tensor ops and Python (wall time no op accounts
 for). Then, with --table, torch's own top-20 table of ops by self CPU time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,16 @@ KINDS = {  # profiler op name -> kind; ops not listed are "other ops"
     "attention": ("aten::_scaled_dot_product_flash_attention_for_cpu",),
     "top-k": ("aten::topk", "aten::sort", "aten::max"),
     "log-softmax": ("aten::_log_softmax", "aten::logsumexp"),
-    "cache copies": ("aten::cat", "aten::index_select", "aten::index", "aten::gather", "aten::copy_",
-                     "aten::index_put_", "aten::index_copy_", "aten::repeat_interleave"),
+    "cache copies": (
+        "aten::cat",
+        "aten::index_select",
+        "aten::index",
+        "aten::gather",
+        "aten::copy_",
+        "aten::index_put_",
+        "aten::index_copy_",
+        "aten::repeat_interleave",
+    ),
 }
 
 
@@ -56,12 +65,23 @@ def main() -> None:
     split = {kind: sum(self_ms.get(op, 0.0) for op in ops) for kind, ops in KINDS.items()}
     split["other ops"] = sum(self_ms.values()) - sum(split.values())
     split["python"] = 1000 * wall - sum(self_ms.values())
-    print(json.dumps({"beam": args.beam, "wall_s": round(wall, 2), "steps": steps[0], "rows": rows[0],
-                      "ms_per_step": round(1000 * wall / steps[0], 2),
-                      "split_ms_per_step": {k: round(v / steps[0], 2) for k, v in split.items()},
-                      "split_percent": {k: round(100 * v / (1000 * wall), 1) for k, v in split.items()}}))
+    print(
+        json.dumps(
+            {
+                "beam": args.beam,
+                "wall_s": round(wall, 2),
+                "steps": steps[0],
+                "rows": rows[0],
+                "ms_per_step": round(1000 * wall / steps[0], 2),
+                "split_ms_per_step": {k: round(v / steps[0], 2) for k, v in split.items()},
+                "split_percent": {k: round(100 * v / (1000 * wall), 1) for k, v in split.items()},
+            }
+        )
+    )
     if args.table:
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=45))
+        print(
+            prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=45)
+        )
 
 
 if __name__ == "__main__":

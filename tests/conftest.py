@@ -1,30 +1,46 @@
 """Shared fixtures: the toy corpus, a small tokenizer, random and trained models, tiny run overrides."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 from mt.config import ModelConfig, TrainConfig
-from mt.corpus import BatchStream, Corpus
+from mt.batching import BatchStream
+from mt.corpus import Corpus
 from mt.model import Seq2Seq
 from mt.tokenizer import train_tokenizer
 from mt.toy import toy_corpus
-from mt.train import inverse_sqrt_lr, train_step
+from mt.step import inverse_sqrt_lr, train_step
 
 # A tiny model on the small corpus (400 toy pairs), on one thread of the CPU (also where a GPU is
 # visible: tests/test_gpu.py chooses CUDA itself): every training test starts from this list and adds
 # what it is about. With max_tokens 400 an epoch is about 30 batches.
-TINY = ["model.d_model=32", "model.d_ff=64", "model.layers=1", "tokenizer.vocab_size=200", "train.max_tokens=400",
-        "train.threads=1", "train.device=cpu", "train.log_every=2", "train.valid_every=4", "data.corpus=files"]
+TINY = [
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.layers=1",
+    "tokenizer.vocab_size=200",
+    "train.max_tokens=400",
+    "train.threads=1",
+    "train.device=cpu",
+    "train.log_every=2",
+    "train.valid_every=4",
+    "data.corpus=files",
+]
 
 
 def pytest_addoption(parser):
-    parser.addoption("--fuzz-long", action="store_true",
-                     help="fuzz every reader with 1,000 damaged files instead of CI's 25 (tests/test_fuzz.py)")
+    parser.addoption(
+        "--fuzz-long",
+        action="store_true",
+        help="fuzz every reader with 1,000 damaged files instead of CI's 25 (tests/test_fuzz.py)",
+    )
 
 
 def pytest_configure(config):
     import os
+
     if config.getoption("--fuzz-long"):
         os.environ.setdefault("MT_FUZZ_EXAMPLES", "1000")
 
@@ -33,6 +49,7 @@ def pytest_configure(config):
 def corpus_cache(tmp_path_factory):
     """Binarized corpora of the tests' runs (and their subprocesses) go to a temporary folder."""
     import os
+
     os.environ["MT_CACHE_DIR"] = str(tmp_path_factory.mktemp("binarized"))
 
 
@@ -89,7 +106,9 @@ def trained_model(tokenizer, toy):
     model = Seq2Seq(TEXT_MODEL, tokenizer.vocab_size)
     optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
     src, tgt = toy["train"]
-    stream = BatchStream(Corpus.from_ids(tokenizer.encode(src[:2000]), tokenizer.encode(tgt[:2000])), 1024, seed=0)
+    stream = BatchStream(
+        Corpus.from_ids(tokenizer.encode(src[:2000]), tokenizer.encode(tgt[:2000])), 1024, seed=0
+    )
     epoch = index = 0
     for step in range(1, 301):
         batches, epoch, index = stream.take(epoch, index, 1)

@@ -9,6 +9,7 @@ re-encoded (UTF-16, Latin-1, a BOM), and lines duplicated, removed or swapped. A
 The verdict on an outcome: mt either succeeded or refused with exit code 2 and one line that starts
 `mt: error: `, and no traceback; a refusal left every file of the run directory as it was.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -25,7 +26,7 @@ from hypothesis import strategies as st
 from mt.cli import main
 from mt.config import ConfigError, DataError
 
-# ---- damage --------------------------------------------------------------------------------------------------
+# ---- damage ------------------------------------------------------------------------------------------------
 
 _offset = st.integers(0, 2**31)
 MUTATION = st.one_of(
@@ -49,13 +50,13 @@ def mutate(data: bytes, op: tuple) -> bytes:
         return data[: args[0] % n]
     if kind == "flip":
         i = args[0] % n
-        return data[:i] + bytes([data[i] ^ (1 << args[1])]) + data[i + 1:] if data else data
+        return data[:i] + bytes([data[i] ^ (1 << args[1])]) + data[i + 1 :] if data else data
     if kind == "insert":
         i = args[0] % (len(data) + 1)
         return data[:i] + args[1] + data[i:]
     if kind == "delete":
         i = args[0] % n
-        return data[:i] + data[i + args[1]:]
+        return data[:i] + data[i + args[1] :]
     if kind == "random":
         return args[0]
     if kind == "empty":
@@ -65,9 +66,9 @@ def mutate(data: bytes, op: tuple) -> bytes:
     lines = data.split(b"\n")
     i = args[0] % len(lines)
     if kind == "dup_line":
-        return b"\n".join(lines[:i + 1] + lines[i:])
+        return b"\n".join(lines[: i + 1] + lines[i:])
     if kind == "drop_line":
-        return b"\n".join(lines[:i] + lines[i + 1:])
+        return b"\n".join(lines[:i] + lines[i + 1 :])
     j = args[1] % len(lines)  # swap_lines
     lines[i], lines[j] = lines[j], lines[i]
     return b"\n".join(lines)
@@ -79,15 +80,16 @@ def damage(data: bytes, ops: list[tuple]) -> bytes:
     return data
 
 
-# ---- outcomes ------------------------------------------------------------------------------------------------
+# ---- outcomes ----------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Outcome:
-    code: int           # 0 ok, 2 refused; anything else (or a Python exception: "crash") fails
-    err: str            # what went to stderr
+    code: int  # 0 ok, 2 refused; anything else (or a Python exception: "crash") fails
+    err: str  # what went to stderr
     changed: list[str]  # files of the run directory that a refusal changed
     out: str = ""
-    crash: str = ""     # an exception that escaped: its type and message
+    crash: str = ""  # an exception that escaped: its type and message
 
     def problem(self) -> str:
         """Why this outcome breaks the guarantee ("" = it keeps it)."""
@@ -107,8 +109,11 @@ class Outcome:
 
 
 def file_hashes(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name not in ("train.log", "train.lock")}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name not in ("train.log", "train.lock")
+    }
 
 
 def run_cli(argv: list[str], stdin: bytes = b"", watch: Path | None = None) -> Outcome:
@@ -142,15 +147,17 @@ def run_reader(fn, *args) -> Outcome:
         return Outcome(1, "", [], crash=f"{type(e).__name__}: {e}"[:300])
 
 
-# ---- the readers ---------------------------------------------------------------------------------------------
+# ---- the readers -------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Workspace:
     """A trained toy run and what it was made from, copied afresh for every damaged input."""
-    run: Path           # the pristine run (never damaged)
-    corpus: Path        # its corpus folder (data.corpus: files)
-    config: Path        # a valid config (a child of a valid base config in the same folder)
-    scratch: Path       # a folder emptied for every example
+
+    run: Path  # the pristine run (never damaged)
+    corpus: Path  # its corpus folder (data.corpus: files)
+    config: Path  # a valid config (a child of a valid base config in the same folder)
+    scratch: Path  # a folder emptied for every example
 
     def fresh(self) -> tuple[Path, Path]:
         """(a copy of the run, an empty folder) under scratch."""
@@ -164,6 +171,7 @@ class Workspace:
 def _train_config(config: Path, out: Path) -> Outcome:
     """`mt train CONFIG` with training itself replaced by a stand-in: the config reader is under test."""
     from unittest import mock
+
     finished = {"interrupted": "", "step": 0}
     with mock.patch("mt.train.train", lambda cfg, run_dir, force_new=False: finished):
         return run_cli(["train", str(config), "--run-dir", str(out)])
@@ -196,8 +204,10 @@ def _scored_pair(ws: Workspace, data: bytes, compress: bool, side: int) -> Outco
         else:
             payload = gzip.compress(original, mtime=0) if compress else original
         path.write_bytes(payload)
-    return run_cli(["evaluate", "--run", str(run), "--src", str(paths[0]), "--ref", str(paths[1]),
-                    "--device", "cpu"], watch=run)
+    return run_cli(
+        ["evaluate", "--run", str(run), "--src", str(paths[0]), "--ref", str(paths[1]), "--device", "cpu"],
+        watch=run,
+    )
 
 
 def corpus_text(ws: Workspace, data: bytes) -> Outcome:
@@ -213,6 +223,7 @@ def corpus_gzip(ws: Workspace, data: bytes) -> Outcome:
 def training_corpus(ws: Workspace, data: bytes) -> Outcome:
     """The training side's streaming readers (BPE sample, binarizing): count_lines then iter_lines."""
     from mt.data import count_lines, iter_lines
+
     _, tmp = ws.fresh()
     path = tmp / ("train.de.gz" if data[:2] == b"\x1f\x8b" else "train.de")
     path.write_bytes(data)
@@ -222,6 +233,7 @@ def training_corpus(ws: Workspace, data: bytes) -> Outcome:
 def _multi30k(ws: Workspace, data: Path) -> bytes:
     """A Multi30k-style folder data/multi30k/ of two .gz files; returns the manifest that lists them."""
     import json
+
     folder = data / "multi30k"
     folder.mkdir(parents=True)
     files = {}
@@ -235,6 +247,7 @@ def _multi30k(ws: Workspace, data: Path) -> bytes:
 def multi30k_copy(ws: Workspace, data: bytes) -> Outcome:
     """A local Multi30k copy (MT_DATA_DIR) with one damaged file, checked against the manifest."""
     from mt.data import multi30k_dir
+
     _, tmp = ws.fresh()
     (tmp / "manifest.json").write_bytes(_multi30k(ws, tmp / "data"))
     (tmp / "data" / "multi30k" / "val.de.gz").write_bytes(data)
@@ -244,6 +257,7 @@ def multi30k_copy(ws: Workspace, data: bytes) -> Outcome:
 def multi30k_manifest(ws: Workspace, data: bytes) -> Outcome:
     """The same copy, undamaged, checked against a damaged manifest."""
     from mt.data import multi30k_dir
+
     _, tmp = ws.fresh()
     _multi30k(ws, tmp / "data")
     (tmp / "manifest.json").write_bytes(data)
@@ -255,6 +269,7 @@ def binarized_cache(ws: Workspace, data: bytes) -> Outcome:
     from mt.config import load_config
     from mt.corpus import Corpus, prepare
     from mt.tokenizer import load_tokenizer
+
     _, tmp = ws.fresh()
     cfg, tokenizer = load_config(ws.config).data, load_tokenizer(ws.run / "spm.model")
     old = os.environ.get("MT_CACHE_DIR")
@@ -284,6 +299,7 @@ def spm_model(ws: Workspace, data: bytes) -> Outcome:
 def spm_model_unchecked(ws: Workspace, data: bytes) -> Outcome:
     """The same with a checkpoint of an mt that did not record the sha256: sentencepiece parses it."""
     import torch
+
     run, _ = ws.fresh()
     ckpt = torch.load(run / "best.pt", weights_only=True)
     ckpt.pop("tokenizer_sha256", None)
@@ -302,6 +318,7 @@ def last_checkpoint(ws: Workspace, data: bytes) -> Outcome:
     from mt.config import read_saved_config
     from mt.model import Seq2Seq
     from mt.rundir import resume_checkpoint, restore
+
     run, _ = ws.fresh()
     (run / "last.pt").write_bytes(data)
     before = file_hashes(run)
@@ -312,7 +329,15 @@ def last_checkpoint(ws: Workspace, data: bytes) -> Outcome:
         if found:
             model = Seq2Seq(cfg.model, found[1].vocab_size)
             optimizer = torch.optim.Adam(model.parameters())
-            restore(found[0], model, optimizer, torch.amp.GradScaler("cuda", enabled=False), 0, torch.device("cpu"))
+            restore(
+                found[0],
+                model,
+                optimizer,
+                torch.amp.GradScaler("cuda", enabled=False),
+                0,
+                torch.device("cpu"),
+            )
+
     outcome = run_reader(resume)
     outcome.changed = [k for k, v in file_hashes(run).items() if before.get(k) != v]
     return outcome
@@ -330,16 +355,21 @@ def card_json(ws: Workspace, data: bytes) -> Outcome:
     """`mt report` on a run with a damaged card.json."""
     run, tmp = ws.fresh()
     (run / "card.json").write_bytes(data)
-    return run_cli(["report", str(run), "--out", str(tmp / "report.md"), "--setting", "test-beam2"], watch=run)
+    return run_cli(
+        ["report", str(run), "--out", str(tmp / "report.md"), "--setting", "test-beam2"], watch=run
+    )
 
 
 def metrics_jsonl(ws: Workspace, data: bytes) -> Outcome:
     """`mt report` (and the resume checks) on a run with a damaged metrics.jsonl."""
     from mt.config import read_saved_config
     from mt.rundir import resume_checkpoint
+
     run, tmp = ws.fresh()
     (run / "metrics.jsonl").write_bytes(data)
-    outcome = run_cli(["report", str(run), "--out", str(tmp / "report.md"), "--setting", "test-beam2"], watch=run)
+    outcome = run_cli(
+        ["report", str(run), "--out", str(tmp / "report.md"), "--setting", "test-beam2"], watch=run
+    )
     if outcome.problem():
         return outcome
     return run_reader(lambda: resume_checkpoint(read_saved_config(run / "config.yaml"), run, 1))
@@ -349,7 +379,9 @@ def run_config(ws: Workspace, data: bytes) -> Outcome:
     """`mt report` on a run with a damaged config.yaml (the resolved config training saved)."""
     run, tmp = ws.fresh()
     (run / "config.yaml").write_bytes(data)
-    return run_cli(["report", str(run), "--out", str(tmp / "report.md"), "--setting", "test-beam2"], watch=run)
+    return run_cli(
+        ["report", str(run), "--out", str(tmp / "report.md"), "--setting", "test-beam2"], watch=run
+    )
 
 
 def translate_file(ws: Workspace, data: bytes) -> Outcome:
@@ -375,8 +407,25 @@ def _aligned(outcome: Outcome, data: bytes) -> Outcome:
     return outcome
 
 
-VALID_ARGV = ["translate", "--run", "{run}", "--beam", "2", "--n-best", "2", "--length-penalty", "0.6",
-              "--batch-tokens", "200", "--device", "cpu", "--checkpoint", "best", "--input", "{input}"]
+VALID_ARGV = [
+    "translate",
+    "--run",
+    "{run}",
+    "--beam",
+    "2",
+    "--n-best",
+    "2",
+    "--length-penalty",
+    "0.6",
+    "--batch-tokens",
+    "200",
+    "--device",
+    "cpu",
+    "--checkpoint",
+    "best",
+    "--input",
+    "{input}",
+]
 
 
 def command_line(ws: Workspace, data: bytes) -> Outcome:
@@ -384,8 +433,10 @@ def command_line(ws: Workspace, data: bytes) -> Outcome:
     are the command line, one argument a line)."""
     run, tmp = ws.fresh()
     (tmp / "in.de").write_text("Ein Hund .\nZwei Katzen .\n")
-    argv = [a.replace("{run}", str(run)).replace("{input}", str(tmp / "in.de"))
-            for a in data.decode("utf-8", errors="replace").replace("\x00", "").split("\n")]
+    argv = [
+        a.replace("{run}", str(run)).replace("{input}", str(tmp / "in.de"))
+        for a in data.decode("utf-8", errors="replace").replace("\x00", "").split("\n")
+    ]
     argv[0] = "translate"  # whatever the damage: another command could train, or write outside tmp
     cwd = os.getcwd()
     os.chdir(tmp)  # an --output (or an abbreviation of it) conjured by the damage writes here
@@ -404,7 +455,10 @@ READERS = {  # name -> (the valid bytes to damage (from a Workspace), the reader
     "config base": (lambda ws: base_yaml("corpus").encode(), base_config),  # not the machine's own path
     "corpus text": (lambda ws: (ws.corpus / "test.de").read_bytes(), corpus_text),
     "corpus gzip": (lambda ws: gzip.compress((ws.corpus / "test.en").read_bytes(), mtime=0), corpus_gzip),
-    "training corpus": (lambda ws: gzip.compress((ws.corpus / "train.de").read_bytes(), mtime=0), training_corpus),
+    "training corpus": (
+        lambda ws: gzip.compress((ws.corpus / "train.de").read_bytes(), mtime=0),
+        training_corpus,
+    ),
     "multi30k copy": (lambda ws: gzip.compress((ws.corpus / "val.de").read_bytes(), mtime=0), multi30k_copy),
     "multi30k manifest": (lambda ws: _multi30k(ws, ws.fresh()[1] / "data"), multi30k_manifest),
     "binarized cache": (lambda ws: _cache_meta(ws), binarized_cache),
@@ -427,13 +481,18 @@ def _cache_meta(ws: Workspace) -> bytes:
     from mt.config import load_config
     from mt.corpus import prepare
     from mt.tokenizer import load_tokenizer
-    return (prepare(load_config(ws.config).data, load_tokenizer(ws.run / "spm.model")) / "meta.json").read_bytes()
+
+    return (
+        prepare(load_config(ws.config).data, load_tokenizer(ws.run / "spm.model")) / "meta.json"
+    ).read_bytes()
 
 
 def base_yaml(corpus: str | Path) -> str:
-    return ("data:\n  corpus: files\n  dir: %s\n  max_len: 64\ntokenizer:\n  vocab_size: 200\nmodel:\n  d_model: 32\n"
-            "  n_heads: 4\n  layers: 1\n  d_ff: 64\ntrain:\n  max_tokens: 400\n  threads: 1\n  device: cpu\n  lr: 0.005\n"
-            % corpus)
+    return (
+        "data:\n  corpus: files\n  dir: %s\n  max_len: 64\ntokenizer:\n  vocab_size: 200\n"
+        "model:\n  d_model: 32\n  n_heads: 4\n  layers: 1\n  d_ff: 64\n"
+        "train:\n  max_tokens: 400\n  threads: 1\n  device: cpu\n  lr: 0.005\n" % corpus
+    )
 
 
 def make_workspace(root: Path, corpus: Path) -> Workspace:
@@ -442,11 +501,14 @@ def make_workspace(root: Path, corpus: Path) -> Workspace:
     from mt.config import load_config
     from mt.evaluate import evaluate_run
     from mt.train import train
+
     configs = root / "configs"
     configs.mkdir(parents=True)
     (configs / "base.yaml").write_text(base_yaml(corpus))
-    (configs / "child.yaml").write_text("# a child config\nbase: base.yaml\ntrain:\n  max_steps: 6\n  valid_every: 2\n"
-                                        "  keep_last: 3\n  log_every: 2\ndecode:\n  beam: 2\n")
+    (configs / "child.yaml").write_text(
+        "# a child config\nbase: base.yaml\ntrain:\n  max_steps: 6\n  valid_every: 2\n"
+        "  keep_last: 3\n  log_every: 2\ndecode:\n  beam: 2\n"
+    )
     run = root / "run"
     train(load_config(configs / "child.yaml"), run)
     evaluate_run(run, "test", "cpu")
@@ -454,13 +516,15 @@ def make_workspace(root: Path, corpus: Path) -> Workspace:
     return Workspace(run, corpus, configs / "child.yaml", root / "scratch")
 
 
-# ---- the same bytes on every machine -------------------------------------------------------------------------
+# ---- the same bytes on every machine -----------------------------------------------------------------------
+
 
 def pinned(value, paths: dict[str, str], numbers: bool = True):
     """`value` with every float the run measured (timings, losses, scores, weights) fixed, and the
     workspace's own paths named alike everywhere. `numbers=False`: paths only (a config's numbers
     are its own, not measured)."""
     import torch
+
     if isinstance(value, dict):
         return {k: pinned(v, paths, numbers and k != "config") for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -472,7 +536,9 @@ def pinned(value, paths: dict[str, str], numbers: bool = True):
     if numbers and type(value) is float:
         return 0.5
     if numbers and isinstance(value, torch.Tensor) and value.is_floating_point():
-        return ((torch.arange(value.numel()) % 7 + 1) / 8).to(value.dtype).reshape(value.shape)  # exact in any dtype
+        return (
+            ((torch.arange(value.numel()) % 7 + 1) / 8).to(value.dtype).reshape(value.shape)
+        )  # exact in any dtype
     return value
 
 
@@ -483,11 +549,19 @@ def pin_run(run: Path, paths: dict[str, str]) -> None:
     import re
     import torch
     import yaml
+
     card = pinned(json.loads((run / "card.json").read_text()), paths)
     card["config"]["hash"] = "0" * 12
     card["code"] = {"git_commit": "0" * 40, "dirty": False}
-    card["hardware"] = {"device": "cpu", "gpu": None, "processes": 1, "cpu": "a CPU", "cpu_count": 2, "threads": 1,
-                        "torch": "2.0.0"}
+    card["hardware"] = {
+        "device": "cpu",
+        "gpu": None,
+        "processes": 1,
+        "cpu": "a CPU",
+        "cpu_count": 2,
+        "threads": 1,
+        "torch": "2.0.0",
+    }
     for result in card["results"].values():
         for key in ("bleu_signature", "chrf_signature", "bleu_lc_signature"):
             result[key] = re.sub(r"version:[^|]*", "version:2.0.0", result[key])
@@ -500,9 +574,17 @@ def pin_run(run: Path, paths: dict[str, str]) -> None:
         torch.save(pinned(torch.load(path, weights_only=True), paths), path)
 
 
-# ---- structured damage ---------------------------------------------------------------------------------------
+# ---- structured damage -------------------------------------------------------------------------------------
 
-OTHER_VALUES = [None, "text", 1.5, -1, True, [], {}]  # one of each JSON kind (and an integer below every minimum)
+OTHER_VALUES = [
+    None,
+    "text",
+    1.5,
+    -1,
+    True,
+    [],
+    {},
+]  # one of each JSON kind (and an integer below every minimum)
 
 
 def _key_paths(record, descend) -> list[tuple]:
@@ -518,6 +600,7 @@ def _key_paths(record, descend) -> list[tuple]:
 def _edited(record, path: tuple, edit):
     """A deep copy of `record` with the mapping that holds path[-1] passed to `edit(mapping, key)`."""
     import copy
+
     record = copy.deepcopy(record)
     holder = record
     for key in path[:-1]:
@@ -532,13 +615,17 @@ def record_damages(record, descend=lambda path: True) -> list[tuple[str, object]
     for path in _key_paths(record, descend):
         name = ".".join(map(str, path))
         cases.append((f"drop {name}", _edited(record, path, lambda d, k: d.pop(k))))
-        cases.append((f"rename {name}", _edited(record, path, lambda d, k: d.__setitem__(f"{k}_x", d.pop(k)))))
+        cases.append(
+            (f"rename {name}", _edited(record, path, lambda d, k: d.__setitem__(f"{k}_x", d.pop(k))))
+        )
         original = record
         for key in path:
             original = original[key]
         for value in OTHER_VALUES:
             if type(value) is not type(original) or value != original:
-                cases.append((f"{name} = {value!r}", _edited(record, path, lambda d, k, v=value: d.__setitem__(k, v))))
+                cases.append(
+                    (f"{name} = {value!r}", _edited(record, path, lambda d, k, v=value: d.__setitem__(k, v)))
+                )
     return cases
 
 
@@ -549,13 +636,17 @@ def _truncations(data: bytes) -> list[tuple[str, bytes]]:
 
 def json_damages(data: bytes) -> list[tuple[str, bytes]]:
     import json
+
     record = json.loads(data)
-    return [(what, (json.dumps(r, indent=2) + "\n").encode()) for what, r in record_damages(record)] + _truncations(data)
+    return [
+        (what, (json.dumps(r, indent=2) + "\n").encode()) for what, r in record_damages(record)
+    ] + _truncations(data)
 
 
 def jsonl_damages(data: bytes) -> list[tuple[str, bytes]]:
     """Each kind of row (the first of each: a log window, a validation, ...) damaged in place."""
     import json
+
     rows = [json.loads(line) for line in data.decode().splitlines()]
     firsts = {}
     for i, row in enumerate(rows):
@@ -570,7 +661,11 @@ def jsonl_damages(data: bytes) -> list[tuple[str, bytes]]:
 
 def yaml_damages(data: bytes) -> list[tuple[str, bytes]]:
     import yaml
-    return [(what, yaml.safe_dump(r, sort_keys=False).encode()) for what, r in record_damages(yaml.safe_load(data))]
+
+    return [
+        (what, yaml.safe_dump(r, sort_keys=False).encode())
+        for what, r in record_damages(yaml.safe_load(data))
+    ]
 
 
 def checkpoint_damages(data: bytes, deep: bool) -> list[tuple[str, bytes]]:
@@ -579,6 +674,7 @@ def checkpoint_damages(data: bytes, deep: bool) -> list[tuple[str, bytes]]:
     keys (mt.config's validator, covered through config.yaml)."""
     import io
     import torch
+
     ckpt = torch.load(io.BytesIO(data), weights_only=True)
     cases = []
     for what, damaged in record_damages(ckpt, lambda path: deep and path[0] == "progress"):

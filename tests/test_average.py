@@ -1,4 +1,5 @@
 """Checkpoint averaging, the early-stopping metric, and the lower-cased BLEU beside the cased one."""
+
 import json
 from pathlib import Path
 
@@ -43,19 +44,33 @@ def test_the_average_of_two_checkpoints_is_their_mean(tmp_path):
 def test_averaging_refuses_other_configs_and_too_few_checkpoints(tmp_path):
     hand_made(tmp_path / "ckpt-0000001.pt", small_config(), 1)
     hand_made(tmp_path / "ckpt-0000002.pt", small_config(d_ff=64), 2)
-    with pytest.raises(ConfigError, match=r"ckpt-0000002.pt: another config than .*ckpt-0000001.pt "
-                                          r"\(model.d_ff: 32 vs 64\); average checkpoints of one run$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"ckpt-0000002.pt: another config than .*ckpt-0000001.pt "
+        r"\(model.d_ff: 32 vs 64\); average checkpoints of one run$",
+    ):
         write_average(tmp_path, 2)
-    with pytest.raises(ConfigError, match=r": 2 kept checkpoints \(ckpt-\*.pt\), fewer than the 3 to average; "
-                                          r"set train.keep_last >= 3"):
+    with pytest.raises(
+        ConfigError,
+        match=r": 2 kept checkpoints \(ckpt-\*.pt\), fewer than the 3 to average; "
+        r"set train.keep_last >= 3",
+    ):
         write_average(tmp_path, 3)
 
 
 def test_a_runs_averaged_model_loads_translates_and_evaluates(tiny, tmp_path, capsys):
     run = tmp_path / "run"
-    sets = [a for o in tiny + ["train.max_steps=12", "train.keep_last=3", "train.average_last=2"] for a in ("--set", o)]
+    sets = [
+        a
+        for o in tiny + ["train.max_steps=12", "train.keep_last=3", "train.average_last=2"]
+        for a in ("--set", o)
+    ]
     assert main(["train", "configs/toy.yaml", "--run-dir", str(run), *sets]) == 0
-    assert [p.name for p in sorted(run.glob("ckpt-*.pt"))] == ["ckpt-0000004.pt", "ckpt-0000008.pt", "ckpt-0000012.pt"]
+    assert [p.name for p in sorted(run.glob("ckpt-*.pt"))] == [
+        "ckpt-0000004.pt",
+        "ckpt-0000008.pt",
+        "ckpt-0000012.pt",
+    ]
     averaged = torch.load(run / "averaged.pt", weights_only=True)
     assert [Path(p).name for p in averaged["averaged"]] == ["ckpt-0000008.pt", "ckpt-0000012.pt"]
     cfg, tokenizer, model = load_run(run, "averaged")
@@ -69,7 +84,9 @@ def test_a_runs_averaged_model_loads_translates_and_evaluates(tiny, tmp_path, ca
     assert len(torch.load(run / "averaged.pt", weights_only=True)["averaged"]) == 3
 
 
-@pytest.mark.parametrize("metric,expected", [("bleu", [True, True, False, False]), ("loss", [True, False, True, False])])
+@pytest.mark.parametrize(
+    "metric,expected", [("bleu", [True, True, False, False]), ("loss", [True, False, True, False])]
+)
 def test_best_metric_decides_what_improves(metric, expected):
     progress = Progress()
     results = [(10.0, 3.0), (12.0, 3.1), (11.0, 2.9), (11.5, 2.95)]  # (val BLEU, val loss)

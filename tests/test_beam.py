@@ -1,4 +1,5 @@
 """Beam search against hand-derived hypotheses, and against greedy decoding."""
+
 import math
 from types import SimpleNamespace
 
@@ -38,8 +39,9 @@ class ScriptedModel(torch.nn.Module):
 
 def run(beam, alpha, n_best=3):
     src, mask = source_batch([[A, B, C]])
-    return beam_search(ScriptedModel(), src, mask, beam=beam, max_len_a=1.0, max_len_b=5, alpha=alpha,
-                       n_best=n_best)[0]
+    return beam_search(
+        ScriptedModel(), src, mask, beam=beam, max_len_a=1.0, max_len_b=5, alpha=alpha, n_best=n_best
+    )[0]
 
 
 # By hand, beam 2. Step 1: a (.6), b (.4). Step 2 candidates: a-eos .34, b-c .33, a-c .26, b-eos .07;
@@ -56,8 +58,9 @@ def test_length_penalty_prefers_the_longer_hypothesis():
     # GNMT alpha = 1: log(.34) / (7/6) = -0.925 < log(.33) / (8/6) = -0.832 > log(.26) / (8/6) = -1.010
     hyps = run(beam=2, alpha=1.0)
     assert [h.tokens for h in hyps] == [[B, C], [A], [A, C]]
-    assert [h.score for h in hyps] == pytest.approx([math.log(0.33) / (8 / 6), math.log(0.34) / (7 / 6),
-                                                     math.log(0.26) / (8 / 6)])
+    assert [h.score for h in hyps] == pytest.approx(
+        [math.log(0.33) / (8 / 6), math.log(0.34) / (7 / 6), math.log(0.26) / (8 / 6)]
+    )
     assert length_penalty(3, 1.0) == pytest.approx(8 / 6) and length_penalty(3, 0.0) == 1.0
 
 
@@ -74,8 +77,8 @@ def test_beam_search_computes_only_the_running_sentences_beams():
     src, mask = source_batch([[A], [A, B, C]])  # limits 2 and 4: the first is done after step 2
     both = beam_search(Counting(), src, mask, beam=2, max_len_a=1.0, max_len_b=0, alpha=0.0, n_best=2)
     assert rows == [2, 4, 2]
-    assert [h.tokens for h in both[0]] == [[A], [B, C]]          # at the limit: [b c] without eos
-    assert [h.tokens for h in both[1]] == [[A], [B, C]]          # the hand-derived beam-2 search above
+    assert [h.tokens for h in both[0]] == [[A], [B, C]]  # at the limit: [b c] without eos
+    assert [h.tokens for h in both[1]] == [[A], [B, C]]  # the hand-derived beam-2 search above
     assert [h.logprob for h in both[1]] == pytest.approx([math.log(0.34), math.log(0.33)])
 
 
@@ -121,13 +124,13 @@ def test_beam_one_equals_greedy_on_a_model(any_model, tokenizer, toy):
 def teacher_forced_logprob(model, src: torch.Tensor, src_mask: torch.Tensor, targets: list[int]) -> float:
     """Sum of log p(target_t | targets before t) for one sentence (src (1, S)), recomputed from scratch."""
     logits, _ = model.decode(torch.tensor([[BOS] + targets[:-1]]), model.encode(src, src_mask), src_mask)
-    lprobs = torch.log_softmax(logits[0].float(), dim=-1)                  # (T, V)
+    lprobs = torch.log_softmax(logits[0].float(), dim=-1)  # (T, V)
     return float(lprobs[torch.arange(len(targets)), torch.tensor(targets)].sum())
 
 
 def test_n_best_scores_are_their_hypotheses_probabilities(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:5]))
-    n_best = beam_search(any_model, src, mask, beam=4, n_best=4)                    # a = 1.5, b = 10, alpha = 1
+    n_best = beam_search(any_model, src, mask, beam=4, n_best=4)  # a = 1.5, b = 10, alpha = 1
     one_best = beam_search(any_model, src, mask, beam=4, n_best=1)
     limits = (1.5 * mask.sum(1) + 10).long().tolist()
     for i, (hyps, best) in enumerate(zip(n_best, one_best)):
@@ -136,8 +139,9 @@ def test_n_best_scores_are_their_hypotheses_probabilities(any_model, tokenizer, 
         for h in hyps:
             ended = len(h.tokens) < limits[i]  # else cut at the limit, without eos
             targets = h.tokens + [EOS] * ended
-            assert h.logprob == pytest.approx(teacher_forced_logprob(any_model, src[i:i + 1], mask[i:i + 1], targets),
-                                              abs=1e-4)
+            assert h.logprob == pytest.approx(
+                teacher_forced_logprob(any_model, src[i : i + 1], mask[i : i + 1], targets), abs=1e-4
+            )
             assert h.score == pytest.approx(h.logprob / length_penalty(len(targets), 1.0), abs=1e-6)
 
 
@@ -156,4 +160,5 @@ def test_cached_and_uncached_beam_are_identical(any_model, tokenizer, toy):
     uncached = beam_search(any_model, src, mask, beam=3, n_best=3, use_cache=False)
     assert [[h.tokens for h in hyps] for hyps in cached] == [[h.tokens for h in hyps] for hyps in uncached]
     assert [h.score for hyps in cached for h in hyps] == pytest.approx(
-        [h.score for hyps in uncached for h in hyps], abs=1e-4)
+        [h.score for hyps in uncached for h in hyps], abs=1e-4
+    )

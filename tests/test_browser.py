@@ -4,6 +4,7 @@ the heatmaps, pick a sentence, layer and head. Skipped where no Chromium and chr
 
 MT_SERVE_RUN=DIR serves that run instead of a toy one; MT_SCREENSHOT=FILE keeps the screenshot
 (docs/serve/page.png was taken so, with the Multi30k run)."""
+
 from __future__ import annotations
 
 import json
@@ -24,13 +25,17 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 from mt.config import ServeLimits, load_config  # noqa: E402
 from mt.rundir import load_run  # noqa: E402
-from mt.serve import Worker, create_app, server_info  # noqa: E402
+from mt.serve import create_app, server_info  # noqa: E402
+from mt.worker import Worker  # noqa: E402
 from mt.train import train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
 DRIVER = shutil.which("chromedriver")
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="no Chromium/chromedriver")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="no Chromium/chromedriver"),
+]
 LINES = ["Ein Mann fährt mit dem Fahrrad durch die Stadt .", "Zwei Hunde spielen im Schnee ."]
 
 
@@ -39,8 +44,11 @@ def server(tiny, tmp_path_factory):
     """uvicorn on a free loopback port, in a thread: its base URL."""
     import uvicorn
 
-    run = Path(os.environ["MT_SERVE_RUN"]) if os.environ.get("MT_SERVE_RUN") else \
-        tmp_path_factory.mktemp("browser") / "run"
+    run = (
+        Path(os.environ["MT_SERVE_RUN"])
+        if os.environ.get("MT_SERVE_RUN")
+        else tmp_path_factory.mktemp("browser") / "run"
+    )
     if not os.environ.get("MT_SERVE_RUN"):
         train(load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=6"]), run)
     cfg, tokenizer, model = load_run(run)
@@ -66,7 +74,13 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1150"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1150",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(DRIVER), options=options)
     yield driver
@@ -74,7 +88,9 @@ def browser():
 
 
 def api(base: str, path: str, body: dict) -> dict:
-    request = urllib.request.Request(base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        base + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         return json.loads(response.read())
 
@@ -83,7 +99,10 @@ def read(driver, selector: str, what: str = "textContent") -> list[str]:
     """A property (or attribute) of every element the selector matches, in one round trip."""
     return driver.execute_script(
         "return [...document.querySelectorAll(arguments[0])].map(e => arguments[1] in e && "
-        "typeof e[arguments[1]] === 'string' ? e[arguments[1]] : e.getAttribute(arguments[1]))", selector, what)
+        "typeof e[arguments[1]] === 'string' ? e[arguments[1]] : e.getAttribute(arguments[1]))",
+        selector,
+        what,
+    )
 
 
 def cells(driver, kind: str, what: str = "fill") -> list[str]:
@@ -93,7 +112,7 @@ def cells(driver, kind: str, what: str = "fill") -> list[str]:
 def test_type_translate_and_explore_the_attention(server, browser, tmp_path):
     wait = WebDriverWait(browser, 60)
     browser.get(server)
-    wait.until(lambda d: "layers" in d.find_element(By.ID, "model-info").text)   # GET /info answered
+    wait.until(lambda d: "layers" in d.find_element(By.ID, "model-info").text)  # GET /info answered
     source = browser.find_element(By.ID, "source")
     source.clear()
     source.send_keys("\n".join(LINES))
@@ -109,22 +128,37 @@ def test_type_translate_and_explore_the_attention(server, browser, tmp_path):
     scores = read(browser, "#results td.score")
     assert scores == [f"{h['score']:.4f}" for t in want["translations"] for h in t["nbest"]]
 
-    Select(browser.find_element(By.ID, "sentence")).select_by_value("1")  # the shorter line: padded in its batch
+    Select(browser.find_element(By.ID, "sentence")).select_by_value(
+        "1"
+    )  # the shorter line: padded in its batch
     wait.until(lambda d: d.find_element(By.ID, "batch-note").text.startswith("Sentence 2"))
-    att = api(server, "attention", {"lines": LINES, "index": 1, "beam": 3, "n_best": 2, "length_penalty": 1.0})
+    att = api(
+        server, "attention", {"lines": LINES, "index": 1, "beam": 3, "n_best": 2, "length_penalty": 1.0}
+    )
     S, T = len(att["source"]), len(att["target"])
     assert "<pad>" in att["source"]
-    for kind, rows, cols in (("encoder", att["source"], att["source"]), ("decoder", att["target"], att["target"]),
-                             ("cross", att["target"], att["source"])):
+    for kind, rows, cols in (
+        ("encoder", att["source"], att["source"]),
+        ("decoder", att["target"], att["target"]),
+        ("cross", att["target"], att["source"]),
+    ):
         svg = f"#heatmap-{kind}"
         assert read(browser, f"{svg} text.col") == cols and read(browser, f"{svg} text.row") == rows
         assert len(cells(browser, kind)) == len(rows) * len(cols)
-        mask, key_real = att["masks"][kind], att["source_mask"] if cols is att["source"] else att["target_mask"]
+        mask, key_real = (
+            att["masks"][kind],
+            att["source_mask"] if cols is att["source"] else att["target_mask"],
+        )
         hidden = [(q, k) for q in range(len(rows)) for k in range(len(cols)) if not mask[q][k]]
         drawn = {kind_: len(read(browser, f"{svg} rect.masked.{kind_}")) for kind_ in ("pad", "future")}
-        assert drawn == {"pad": sum(not key_real[k] for _, k in hidden), "future": sum(key_real[k] for _, k in hidden)}
+        assert drawn == {
+            "pad": sum(not key_real[k] for _, k in hidden),
+            "future": sum(key_real[k] for _, k in hidden),
+        }
     real_t = sum(att["target_mask"])  # the causal triangle over real target positions; padding hides the rest
-    assert len(read(browser, "#heatmap-decoder rect.masked.future")) == sum(max(real_t - 1 - q, 0) for q in range(T))
+    assert len(read(browser, "#heatmap-decoder rect.masked.future")) == sum(
+        max(real_t - 1 - q, 0) for q in range(T)
+    )
     assert len(read(browser, "#heatmap-encoder rect.masked.pad")) == S * (S - sum(att["source_mask"]))
 
     before = cells(browser, "cross")

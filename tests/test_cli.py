@@ -1,4 +1,5 @@
 """The command line end to end on the toy config, and its one-line errors."""
+
 import json
 import os
 import re
@@ -15,15 +16,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def mt(*args: str, stdin: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "mt", *args], input=stdin, capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "mt", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
 
 
 @pytest.mark.slow
 def test_train_translate_evaluate_toy(tmp_path, tiny):
     run = tmp_path / "run"
-    sets = [arg for item in tiny + ["train.max_steps=12", "train.valid_every=6", "train.log_every=3"]
-            for arg in ("--set", item)]
+    sets = [
+        arg
+        for item in tiny + ["train.max_steps=12", "train.valid_every=6", "train.log_every=3"]
+        for arg in ("--set", item)
+    ]
     result = mt("train", "configs/toy.yaml", "--run-dir", str(run), *sets)
     assert result.returncode == 0, result.stderr
     for name in ["config.yaml", "spm.model", "train.log", "metrics.jsonl", "last.pt", "best.pt"]:
@@ -45,7 +56,15 @@ def test_train_translate_evaluate_toy(tmp_path, tiny):
     assert out.stdout.splitlines()[1] == out.stdout.splitlines()[3] == ""
 
     (tmp_path / "in.txt").write_text(lines)
-    out = mt("translate", "--run", str(run), "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "o.txt"))
+    out = mt(
+        "translate",
+        "--run",
+        str(run),
+        "--input",
+        str(tmp_path / "in.txt"),
+        "--output",
+        str(tmp_path / "o.txt"),
+    )
     assert out.returncode == 0 and len((tmp_path / "o.txt").read_text().splitlines()) == 4
     assert out.stderr.splitlines()[-1] == f"wrote {tmp_path / 'o.txt'} (4 lines)"
 
@@ -56,12 +75,16 @@ def test_train_translate_evaluate_toy(tmp_path, tiny):
     assert all(len(r) == 3 for r in rows) and rows[2][1] == ""
     bad = mt("translate", "--run", str(run), "--beam", "2", "--n-best", "3", stdin=lines)
     assert bad.returncode == 2
-    assert bad.stderr == ("mt: error: --n-best 3 is more than --beam 2: beam search keeps only that many "
-                          "hypotheses; add --beam 3 or more\n")
+    assert bad.stderr == (
+        "mt: error: --n-best 3 is more than --beam 2: beam search keeps only that many "
+        "hypotheses; add --beam 3 or more\n"
+    )
     bad = mt("translate", "--run", str(run), "--n-best", "3", stdin=lines)
     assert bad.returncode == 2
-    assert bad.stderr == ("mt: error: --n-best 3 is more than the run's beam (1): beam search keeps only that many "
-                          "hypotheses; add --beam 3 or more\n")
+    assert bad.stderr == (
+        "mt: error: --n-best 3 is more than the run's beam (1): beam search keeps only that many "
+        "hypotheses; add --beam 3 or more\n"
+    )
 
     ev = mt("evaluate", "--run", str(run), "--split", "test", "--beam", "2")
     assert ev.returncode == 0, ev.stderr
@@ -78,19 +101,26 @@ def test_train_translate_evaluate_toy(tmp_path, tiny):
 
 
 def test_unknown_key_is_one_line_exit_2(tmp_path):
-    result = mt("train", "configs/toy.yaml", "--run-dir", str(tmp_path / "r"), "--set", "train.lerning_rate=1")
+    result = mt(
+        "train", "configs/toy.yaml", "--run-dir", str(tmp_path / "r"), "--set", "train.lerning_rate=1"
+    )
     assert result.returncode == 2  # blamed on the flag that brought it; JoeyNMT's name hints at ours
-    assert result.stderr == ("mt: error: --set train.lerning_rate=1: unknown key 'train.lerning_rate'; did you "
-                             "mean 'lr'? valid keys: "
-                             "lr, warmup_steps, schedule, max_tokens, max_steps, max_minutes, label_smoothing, precision, "
-                             "device, dist_backend, clip_norm, accumulate, patience, best_metric, keep_last, average_last, "
-                             "valid_every, valid_beam, save_every, log_every, max_nonfinite, seed, threads\n")
+    assert result.stderr == (
+        "mt: error: --set train.lerning_rate=1: unknown key 'train.lerning_rate'; did you "
+        "mean 'lr'? valid keys: "
+        "lr, warmup_steps, schedule, max_tokens, max_steps, max_minutes, label_smoothing, precision, "
+        "device, dist_backend, clip_norm, accumulate, patience, best_metric, keep_last, average_last, "
+        "valid_every, valid_beam, save_every, log_every, max_nonfinite, seed, threads\n"
+    )
 
 
 def test_bad_value_is_one_line_exit_2(tmp_path):
     result = mt("train", "configs/toy.yaml", "--run-dir", str(tmp_path / "r"), "--set", "model.dropout=-1")
     assert result.returncode == 2
-    assert result.stderr == "mt: error: --set model.dropout=-1: model.dropout: -1.0 is out of range, must be >= 0.0\n"
+    assert (
+        result.stderr
+        == "mt: error: --set model.dropout=-1: model.dropout: -1.0 is out of range, must be >= 0.0\n"
+    )
     assert not (tmp_path / "r").exists()
 
 
@@ -114,10 +144,18 @@ def test_translate_missing_input_file(tmp_path):
 
 
 def test_version_and_help_do_not_import_torch():
-    code = ("import sys; from mt.cli import build_parser; p = build_parser(); p.format_help(); "
-            "[c.format_help() for c in p.commands.values()]; print('torch' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    code = (
+        "import sys; from mt.cli import build_parser; p = build_parser(); p.format_help(); "
+        "[c.format_help() for c in p.commands.values()]; print('torch' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
     assert result.stdout == "False\n"
     version = mt("--version")
     assert version.returncode == 0 and version.stdout == "mt 0.1.0\n"
@@ -126,14 +164,19 @@ def test_version_and_help_do_not_import_torch():
 def test_an_unknown_option_is_named_before_a_missing_one():
     result = mt("translate", "--rum", "runs/toy")
     assert result.returncode == 2
-    assert result.stderr == ("mt translate: error: unrecognized arguments: --rum runs/toy; did you mean --run?; "
-                             "see mt translate --help\n")  # one line: the usage is one --help away
+    assert result.stderr == (
+        "mt translate: error: unrecognized arguments: --rum runs/toy; did you mean --run?; "
+        "see mt translate --help\n"
+    )  # one line: the usage is one --help away
     result = mt("translate")
-    assert result.stderr == ("mt translate: error: the following arguments are required: --run; "
-                             "see mt translate --help\n")
+    assert result.stderr == (
+        "mt translate: error: the following arguments are required: --run; see mt translate --help\n"
+    )
     result = mt("translate", "--run", "r", "--be\x0cam", "2")  # a form feed is a line break to str.splitlines
-    assert result.stderr == ("mt translate: error: unrecognized arguments: --be am 2; did you mean --beam?; see mt "
-                             "translate --help\n")
+    assert result.stderr == (
+        "mt translate: error: unrecognized arguments: --be am 2; did you mean --beam?; see mt "
+        "translate --help\n"
+    )
     assert "--n-best" not in mt("evaluate", "--help").stdout  # translate's alone
     assert "(default: runs/report.md)" in " ".join(mt("report", "--help").stdout.split())
 
@@ -148,20 +191,32 @@ def test_checkpoints_files_and_finished_runs(tmp_path, tiny):
     bleu = json.loads((run / "card.json").read_text())["training"]["best_val_bleu"]
     assert again.stderr.splitlines()[-1].endswith(
         f"{run}: already finished at step 3 (reached train.max_steps=3); best val BLEU {bleu:.2f} at step 3; "
-        f"raise train.max_steps (or max_minutes, patience) with --set to train further")
+        f"raise train.max_steps (or max_minutes, patience) with --set to train further"
+    )
     (run / "best.pt").unlink()  # as if stopped before its first validation
     out = mt("translate", "--run", str(run), stdin="Der Hund sieht die Katze.\n")
     assert out.returncode == 0 and out.stdout.count("\n") == 1
-    assert f"WARNING mt.rundir: {run}/best.pt: not written yet (no validation so far); using {run}/last.pt" in out.stderr
+    assert (
+        f"WARNING mt.rundir: {run}/best.pt: not written yet (no validation so far); using {run}/last.pt"
+        in out.stderr
+    )
     src, ref = tmp_path / "news.de", tmp_path / "news.en"
     src.write_text("Der Hund sieht die Katze.\nDie Frau lacht.\n")
     ref.write_text("The dog sees the cat.\nThe woman laughs.\n")
     ev = mt("evaluate", "--run", str(run), "--checkpoint", "last", "--src", str(src), "--ref", str(ref))
     assert ev.returncode == 0, ev.stderr
-    assert ev.stdout.startswith("news.de: BLEU ") and "2 sentences" in ev.stdout and f"{run}/last.pt)" in ev.stdout
-    assert ev.stderr.splitlines()[-1] == (f"wrote {run}/hyp-news.de-last.txt, {run}/ref-news.de.txt, "
-                                          f"{run}/eval-news.de-last.json, {run}/card.json")
+    assert (
+        ev.stdout.startswith("news.de: BLEU ")
+        and "2 sentences" in ev.stdout
+        and f"{run}/last.pt)" in ev.stdout
+    )
+    assert ev.stderr.splitlines()[-1] == (
+        f"wrote {run}/hyp-news.de-last.txt, {run}/ref-news.de.txt, "
+        f"{run}/eval-news.de-last.json, {run}/card.json"
+    )
     assert json.loads((run / "eval-news.de-last.json").read_text())["sentences"] == 2
     half = mt("evaluate", "--run", str(run), "--src", str(src))
     assert half.returncode == 2
-    assert half.stderr == "mt: error: --src and --ref go together: a source file and its reference translation\n"
+    assert (
+        half.stderr == "mt: error: --src and --ref go together: a source file and its reference translation\n"
+    )

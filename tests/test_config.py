@@ -2,8 +2,16 @@ from pathlib import Path
 
 import pytest
 
-from mt.config import (ConfigError, RunConfig, base_config, config_differences, config_from_dict, config_to_dict,
-                       load_config, save_config)
+from mt.config import (
+    ConfigError,
+    RunConfig,
+    base_config,
+    config_differences,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+    save_config,
+)
 
 CONFIGS = sorted(Path(__file__).resolve().parents[1].glob("configs/*.yaml"))
 
@@ -29,8 +37,10 @@ def test_yaml_round_trip(tmp_path):
 
 
 def test_overrides_parse_types(tmp_path):
-    cfg = load_config(write(tmp_path, "train:\n  lr: 5e-4\n"), ["train.max_steps=7", "model.norm=post",
-                                                                  "model.tie_embeddings=false"])
+    cfg = load_config(
+        write(tmp_path, "train:\n  lr: 5e-4\n"),
+        ["train.max_steps=7", "model.norm=post", "model.tie_embeddings=false"],
+    )
     assert cfg.train.lr == 5e-4 and cfg.train.max_steps == 7
     assert cfg.model.norm == "post" and cfg.model.tie_embeddings is False
 
@@ -38,8 +48,9 @@ def test_overrides_parse_types(tmp_path):
 def test_unknown_key_suggests_closest(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(write(tmp_path, "train:\n  warmup_step: 10\n"))
-    assert str(e.value).startswith(f"{tmp_path / 'c.yaml'}: unknown key 'train.warmup_step'; "
-                                   "did you mean 'warmup_steps'?")
+    assert str(e.value).startswith(
+        f"{tmp_path / 'c.yaml'}: unknown key 'train.warmup_step'; did you mean 'warmup_steps'?"
+    )
 
 
 def test_unknown_section(tmp_path):
@@ -78,7 +89,9 @@ def test_cross_field_check(tmp_path):
 def test_not_a_mapping_and_not_yaml(tmp_path):
     with pytest.raises(ConfigError, match="expected a YAML mapping of sections, got list"):
         load_config(write(tmp_path, "- a\n- b\n"))
-    with pytest.raises(ConfigError, match=r"c.yaml: line 2 is not valid YAML \(mapping values are not allowed here\)"):
+    with pytest.raises(
+        ConfigError, match=r"c.yaml: line 2 is not valid YAML \(mapping values are not allowed here\)"
+    ):
         load_config(write(tmp_path, "train:\n  lr: 1: 2\n"))
 
 
@@ -120,5 +133,7 @@ def test_config_differences():
 
 @pytest.mark.parametrize("precision", ["fp16", "tf32"])
 def test_cuda_only_precisions_are_refused_on_cpu(tmp_path, precision):
-    with pytest.raises(ConfigError, match=f"train.precision: {precision} needs a CUDA device; use bf16 or fp32 on CPU"):
+    with pytest.raises(
+        ConfigError, match=f"train.precision: {precision} needs a CUDA device; use bf16 or fp32 on CPU"
+    ):
         load_config(write(tmp_path, f"train:\n  precision: {precision}\n  device: cpu\n"))

@@ -1,14 +1,16 @@
 """The binarized training corpus: ids round-trip to text, a damaged or stale cache is rebuilt, the
 tokenizer's sample is seeded, and lazily made batches are exactly the list-built ones."""
+
 import logging
 import random
 
 import pytest
 import torch
 
-from mt import corpus
+from mt import batching, corpus
 from mt.config import DataConfig, DataError
-from mt.corpus import Corpus, batch_sizes, epoch_plan, tokenizer_sample
+from mt.batching import batch_sizes, epoch_plan
+from mt.corpus import Corpus, tokenizer_sample
 from mt.data import drop_long_pairs, epoch_batches, load_split, make_batch, token_batches
 
 
@@ -28,7 +30,9 @@ def test_epoch_plan_is_token_batches_with_the_same_draws():
         tgt = torch.tensor([rng.randint(1, 30) for _ in range(n)])
         max_tokens = rng.choice([8, 20, 64, 256])  # 8 and 20: some pairs alone exceed the budget
         plan = epoch_plan(src, tgt, max_tokens, seed=trial, epoch=2)
-        expected = token_batches((src + 1).tolist(), (tgt + 1).tolist(), max_tokens, random.Random(trial * 100_003 + 2))
+        expected = token_batches(
+            (src + 1).tolist(), (tgt + 1).tolist(), max_tokens, random.Random(trial * 100_003 + 2)
+        )
         assert [plan.rows(j).tolist() for j in range(len(plan))] == expected
 
 
@@ -56,8 +60,15 @@ def test_binarized_ids_round_trip_to_the_text(files, tokenizer):
     want_src, want_tgt = drop_long_pairs(tokenizer.encode(src), tokenizer.encode(tgt), files.max_len)
     assert 0 < len(loaded) == len(want_src) < len(src)  # max_len 12 drops some pairs
     assert loaded.src.dtype == torch.uint16 and loaded.src_len.dtype == torch.uint16
-    got = [(loaded.src[a: a + n].tolist(), loaded.tgt[b: b + m].tolist()) for a, n, b, m in
-           zip(loaded.src_start.tolist(), loaded.src_len.tolist(), loaded.tgt_start.tolist(), loaded.tgt_len.tolist())]
+    got = [
+        (loaded.src[a : a + n].tolist(), loaded.tgt[b : b + m].tolist())
+        for a, n, b, m in zip(
+            loaded.src_start.tolist(),
+            loaded.src_len.tolist(),
+            loaded.tgt_start.tolist(),
+            loaded.tgt_len.tolist(),
+        )
+    ]
     assert got == list(zip(want_src, want_tgt))
     kept = [s for s, t in zip(src, tgt) if all(0 < len(ids) <= 12 for ids in tokenizer.encode([s, t]))]
     assert tokenizer.decode([s for s, _ in got]) == kept
@@ -95,7 +106,9 @@ def test_a_stale_cache_is_rebuilt_when_the_corpus_changes(files, tokenizer, capl
 def test_misaligned_sides_are_an_error_naming_both_files(files, tokenizer):
     src, tgt = corpus.training_sources(files)
     tgt.write_text(tgt.read_text() + "one more\n")
-    with pytest.raises(DataError, match=rf"^{src} has 400 lines but {tgt} has 401; the two sides must be line-aligned$"):
+    with pytest.raises(
+        DataError, match=rf"^{src} has 400 lines but {tgt} has 401; the two sides must be line-aligned$"
+    ):
         corpus.prepare(files, tokenizer)
     with pytest.raises(DataError, match="has 400 lines but .* has 401"):
         tokenizer_sample(files, 1000, 0, tgt.with_name("sample.txt"))
@@ -122,4 +135,4 @@ def test_fill_ratio_counts_the_padded_batches(toy, tokenizer):
     total = sum(b.src.numel() + b.tgt_in.numel() for b in batches)
     lengths = [torch.tensor([len(s) for s in side]) for side in (src, tgt)]
     plan = epoch_plan(*lengths, 600, seed=3, epoch=1)
-    assert corpus.fill_ratio(Corpus.from_ids(src, tgt), plan) == pytest.approx(real / total, rel=1e-12)
+    assert batching.fill_ratio(Corpus.from_ids(src, tgt), plan) == pytest.approx(real / total, rel=1e-12)

@@ -9,14 +9,26 @@ from pathlib import Path
 import pytest
 
 from mt.config import DataConfig
-from mt.corpus import BatchStream, Corpus
-from mt.data import (DataError, drop_long_pairs, epoch_batches, load_split, multi30k_dir, normalize,
-                     read_lines, read_parallel, split_lines, token_batches)
+from mt.batching import BatchStream
+from mt.corpus import Corpus
+from mt.data import (
+    DataError,
+    drop_long_pairs,
+    epoch_batches,
+    load_split,
+    multi30k_dir,
+    normalize,
+    read_lines,
+    read_parallel,
+    split_lines,
+    token_batches,
+)
 from mt.toy import SPLIT_SIZES, toy_corpus
 
 SHARED = os.environ.get("MT_DATA_DIR", "")
-needs_multi30k = pytest.mark.skipif(not (SHARED and Path(SHARED, "multi30k").is_dir()),
-                                    reason="MT_DATA_DIR with multi30k/ not set")
+needs_multi30k = pytest.mark.skipif(
+    not (SHARED and Path(SHARED, "multi30k").is_dir()), reason="MT_DATA_DIR with multi30k/ not set"
+)
 
 
 def gz(path: Path, text: bytes) -> Path:
@@ -76,7 +88,10 @@ def test_unreadable_file(tmp_path):
     (tmp_path / "dir.de").mkdir()
     with pytest.raises(DataError) as e:
         read_lines(tmp_path / "dir.de")
-    assert str(e.value) == f"{tmp_path / 'dir.de'}: cannot read (Is a directory); check the path and its permissions"
+    assert (
+        str(e.value)
+        == f"{tmp_path / 'dir.de'}: cannot read (Is a directory); check the path and its permissions"
+    )
 
 
 def test_files_corpus_reads_plain_and_gz(tmp_path):
@@ -100,7 +115,10 @@ def test_drop_long_pairs_counts(caplog):
     assert "kept 1 training pairs, dropped 3" in caplog.text
     with pytest.raises(DataError) as e:
         drop_long_pairs([[5] * 9], [[6]], max_len=8)
-    assert str(e.value) == "no training pairs left: all 1 are empty or longer than data.max_len=8 pieces; raise data.max_len"
+    assert (
+        str(e.value)
+        == "no training pairs left: all 1 are empty or longer than data.max_len=8 pieces; raise data.max_len"
+    )
 
 
 def test_token_batches_respect_budget_and_cover_every_index():
@@ -149,8 +167,11 @@ def fake_release(folder: Path) -> dict:
         for lang in ("de", "en"):
             data = gzip.compress(f"{stem} {lang}\n".encode())
             (folder / f"{remote}.{lang}.gz").write_bytes(data)
-            files[f"{stem}.{lang}.gz"] = {"remote": f"{remote}.{lang}.gz", "lines": 1,
-                                          "sha256": hashlib.sha256(data).hexdigest()}
+            files[f"{stem}.{lang}.gz"] = {
+                "remote": f"{remote}.{lang}.gz",
+                "lines": 1,
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
     return {"base_url": folder.as_uri() + "/", "files": files}
 
 
@@ -204,15 +225,27 @@ def test_batch_stream_crosses_epochs_and_is_the_seeded_epoch_batches(toy, tokeni
     src, tgt = tokenizer.encode(toy["train"][0][:300]), tokenizer.encode(toy["train"][1][:300])
     runs = []
     for n in (3, 1):  # how many a take asks for (and so what the worker builds ahead) changes no batch
-        stream, epoch, index, taken = BatchStream(Corpus.from_ids(src, tgt), 600, seed=3), 0, 0, {1: [], 2: []}
+        stream, epoch, index, taken = (
+            BatchStream(Corpus.from_ids(src, tgt), 600, seed=3),
+            0,
+            0,
+            {1: [], 2: []},
+        )
         while True:
             group, epoch, index = stream.take(epoch, index, n)
             if epoch == 3:
                 break
             taken[epoch] += group
-        runs.append({e: [b.src.tolist() + b.tgt_out.tolist() + b.tgt_in.tolist() for b in bs] for e, bs in taken.items()})
+        runs.append(
+            {
+                e: [b.src.tolist() + b.tgt_out.tolist() + b.tgt_in.tolist() for b in bs]
+                for e, bs in taken.items()
+            }
+        )
     assert runs[0] == runs[1]
     for e in (1, 2):  # every epoch is its seeded batches, each taken once, in order
-        assert runs[0][e] == [b.src.tolist() + b.tgt_out.tolist() + b.tgt_in.tolist()
-                              for b in epoch_batches(src, tgt, 600, 3, e)]
+        assert runs[0][e] == [
+            b.src.tolist() + b.tgt_out.tolist() + b.tgt_in.tolist()
+            for b in epoch_batches(src, tgt, 600, 3, e)
+        ]
     assert runs[0][1] != runs[0][2]

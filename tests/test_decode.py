@@ -2,6 +2,7 @@
 
 Decoding tests run on two models (the `any_model` fixture): a random one, whose hypotheses all run to
 the length limit, and a trained one, whose hypotheses end with eos at different steps."""
+
 import pytest
 
 from mt.config import DecodeConfig
@@ -55,8 +56,10 @@ def test_bleu_of_identity_is_100():
 
 
 def test_bleu_matches_sacrebleu_readme_example():
-    refs = [["The dog bit the man.", "It was not unexpected.", "The man bit him first."],
-            ["The dog had bit the man.", "No one was surprised.", "The man had bitten the dog."]]
+    refs = [
+        ["The dog bit the man.", "It was not unexpected.", "The man bit him first."],
+        ["The dog had bit the man.", "No one was surprised.", "The man had bitten the dog."],
+    ]
     hyps = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]
     result = score(hyps, *refs)
     assert result["bleu"] == pytest.approx(48.530827, abs=1e-6)
@@ -65,9 +68,13 @@ def test_bleu_matches_sacrebleu_readme_example():
 
 
 def test_split_pieces_cuts_before_word_starts():
-    starts = {10, 20}                                # piece ids that begin a word
+    starts = {10, 20}  # piece ids that begin a word
     ids = [10, 1, 1, 20, 1, 1, 1, 10, 1, 20, 1]
     parts = split_pieces(ids, 4, starts.__contains__)
     assert [p for part in parts for p in part] == ids and all(len(p) <= 4 for p in parts)
     assert parts == [[10, 1, 1], [20, 1, 1, 1], [10, 1, 20, 1]]
-    assert split_pieces([1] * 9, 4, starts.__contains__) == [[1] * 4, [1] * 4, [1]]  # no word start: hard cuts
+    assert split_pieces([1] * 9, 4, starts.__contains__) == [
+        [1] * 4,
+        [1] * 4,
+        [1],
+    ]  # no word start: hard cuts

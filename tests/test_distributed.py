@@ -1,4 +1,5 @@
 """Data-parallel training under torchrun on CPU (gloo, 2 processes) against single-process accumulation."""
+
 import json
 import os
 import subprocess
@@ -18,16 +19,23 @@ DRIVER = ROOT / "tests" / "ddp_driver.py"
 DDP = ["train.max_tokens=450", "train.valid_every=5", "model.dropout=0.0"]
 
 
-def launch(out: Path, run: Path, sets: list[str], nproc: int, env: dict | None = None) -> subprocess.CompletedProcess:
+def launch(
+    out: Path, run: Path, sets: list[str], nproc: int, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """tests/ddp_driver.py under torchrun (nproc > 1) or plain python; weights after each step go to `out`."""
     out.mkdir(parents=True, exist_ok=True)
     args = [str(DRIVER), str(out), "train", "configs/toy.yaml", "--run-dir", str(run)]
     for item in sets:
         args += ["--set", item]
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
-        if nproc > 1 else [sys.executable]
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+        if nproc > 1
+        else [sys.executable]
+    )
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run(launcher + args, capture_output=True, text=True, cwd=ROOT, env=full_env, timeout=600)
+    return subprocess.run(
+        launcher + args, capture_output=True, text=True, cwd=ROOT, env=full_env, timeout=600
+    )
 
 
 def losses(run: Path) -> list[tuple[int, float]]:
@@ -66,8 +74,16 @@ def test_two_processes_equal_one_process_accumulating_their_batches(ddp_and_sing
 def test_only_rank_zero_writes(ddp_and_single):
     root, _ = ddp_and_single
     files = sorted(p.name for p in (root / "ddp").iterdir())
-    assert files == ["best.pt", "card.json", "config.yaml", "last.pt", "metrics.jsonl", "spm.model", "train.lock",
-                     "train.log"]
+    assert files == [
+        "best.pt",
+        "card.json",
+        "config.yaml",
+        "last.pt",
+        "metrics.jsonl",
+        "spm.model",
+        "train.lock",
+        "train.log",
+    ]
     steps = [s for s, _ in losses(root / "ddp")]
     assert steps == sorted(set(steps))  # one metrics writer: no duplicated rows
     assert len(torch.load(root / "ddp" / "last.pt", weights_only=True)["rng"]) == 2  # both ranks' RNG states
@@ -89,10 +105,15 @@ def test_resume_under_torchrun_is_exact(ddp_and_single):
 
 @pytest.mark.slow
 def test_a_failing_rank_stops_the_others(tiny, tmp_path):
-    result = launch(tmp_path / "steps", tmp_path / "run", tiny + DDP + ["train.max_steps=50"], nproc=2,
-                    env={"FAIL_RANK": "1"})
+    result = launch(
+        tmp_path / "steps",
+        tmp_path / "run",
+        tiny + DDP + ["train.max_steps=50"],
+        nproc=2,
+        env={"FAIL_RANK": "1"},
+    )
     assert result.returncode != 0
-    assert "RuntimeError: injected failure" in result.stderr       # rank 1's own error
+    assert "RuntimeError: injected failure" in result.stderr  # rank 1's own error
     assert "mt: error: [rank 0] lost contact with the other processes (" in result.stderr
     assert "another rank probably failed: see its error above" in result.stderr
 
@@ -108,8 +129,10 @@ def test_more_processes_than_gpus_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(ConfigError) as e:
         start(Ranks(2, 3, 2), "cuda", "auto")
-    assert str(e.value) == ("torchrun started more processes on this node than there are GPUs (2 visible, local "
-                            "rank 2); use --nproc_per_node 2 or fewer")
+    assert str(e.value) == (
+        "torchrun started more processes on this node than there are GPUs (2 visible, local "
+        "rank 2); use --nproc_per_node 2 or fewer"
+    )
 
 
 def test_single_process_needs_no_process_group():

@@ -9,6 +9,7 @@ Two kinds of damage:
   files whose bytes are the same on every machine (the workspace's measured values are pinned), so CI
   is repeatable; `pytest tests/test_fuzz.py --fuzz-long` (or MT_FUZZ_EXAMPLES=N) runs many more.
 """
+
 import os
 from unittest import mock
 
@@ -33,8 +34,13 @@ def test_a_damaged_file_is_read_or_refused_in_one_line(workspace, reader):
     original = valid(workspace)
     assert read(workspace, original).code == 0  # the undamaged file works: the damage is what is tested
 
-    @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(DAMAGE)
     def check(ops):
         outcome = read(workspace, damage(original, ops))

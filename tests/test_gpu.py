@@ -1,4 +1,5 @@
 """The CUDA paths, run where a GPU is visible (`pytest -m gpu`); skipped everywhere else, CI included."""
+
 import json
 import warnings
 from pathlib import Path
@@ -10,11 +11,18 @@ from mt.config import ModelConfig, TrainConfig, load_config
 from mt.data import make_batch, source_batch
 from mt.decode import beam_search, greedy_decode
 from mt.model import Seq2Seq
-from mt.train import train, train_step
+from mt.step import train_step
+from mt.train import train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 ROOT = Path(__file__).resolve().parents[1]
-CUDA = ["train.device=cuda", "train.max_steps=60", "train.valid_every=30", "train.log_every=10", "train.lr=0.005"]
+CUDA = [
+    "train.device=cuda",
+    "train.max_steps=60",
+    "train.valid_every=30",
+    "train.log_every=10",
+    "train.lr=0.005",
+]
 
 
 def train_losses(run: Path) -> list[float]:
@@ -47,8 +55,10 @@ def test_resume_on_cuda(tmp_path, tiny):
 def test_cached_and_uncached_decoding_agree_on_cuda(trained_model, tokenizer, toy):
     model = trained_model.to("cuda")
     src, mask = (t.cuda() for t in source_batch(tokenizer.encode(toy["test"][0][:16])))
-    for search in (lambda c: greedy_decode(model, src, mask, use_cache=c),
-                   lambda c: [h[0] for h in beam_search(model, src, mask, beam=4, use_cache=c)]):
+    for search in (
+        lambda c: greedy_decode(model, src, mask, use_cache=c),
+        lambda c: [h[0] for h in beam_search(model, src, mask, beam=4, use_cache=c)],
+    ):
         assert [h.tokens for h in search(True)] == [h.tokens for h in search(False)]
     trained_model.to("cpu")
 

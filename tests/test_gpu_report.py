@@ -1,5 +1,6 @@
 """The GPU kit (scripts/gpu_report.py) runs end to end on the CPU, so that the day a GPU is lent the
 script itself is known to work: every part but the CPU suite (this suite), on a tiny toy setup."""
+
 import json
 import subprocess
 import sys
@@ -13,9 +14,27 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_the_kit_runs_on_the_cpu(tmp_path):
     parts = ["env", "gpu-tests", "bench", "train", "resume"]
-    done = subprocess.run([sys.executable, "scripts/gpu_report.py", "--device", "cpu", "--tiny", "--minutes", "0.5",
-                           "--bench-steps", "3", "--out", str(tmp_path), "--parts", *parts],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "scripts/gpu_report.py",
+            "--device",
+            "cpu",
+            "--tiny",
+            "--minutes",
+            "0.5",
+            "--bench-steps",
+            "3",
+            "--out",
+            str(tmp_path),
+            "--parts",
+            *parts,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert {name: part["status"] for name, part in report["parts"].items()} == dict.fromkeys(parts, "ok")

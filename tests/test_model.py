@@ -1,4 +1,5 @@
 """Masks, causality, padding invariance, incremental decoding, tied weights, attention equivalence."""
+
 import torch
 
 from mt.data import make_batch
@@ -17,7 +18,9 @@ def test_batch_shift_masks_and_ntokens_match_hand_built():
 
 
 def test_decoder_self_mask_is_causal_and_hides_padding():
-    assert decoder_self_mask(3, None).tolist() == [[[[True, False, False], [True, True, False], [True, True, True]]]]
+    assert decoder_self_mask(3, None).tolist() == [
+        [[[True, False, False], [True, True, False], [True, True, True]]]
+    ]
     tgt_mask = torch.tensor([[True, True, False]])
     expected = [[[[True, False, False], [True, True, False], [True, True, False]]]]
     assert decoder_self_mask(3, tgt_mask).tolist() == expected
@@ -46,10 +49,15 @@ def test_source_padding_changes_no_real_output(small_model):
     tgt_mask = torch.ones_like(tgt, dtype=torch.bool)
     padded = torch.cat([src, torch.full((1, 3), PAD)], dim=1)
     mask, padded_mask = src != PAD, padded != PAD
-    torch.testing.assert_close(small_model.encode(padded, padded_mask)[:, :5], small_model.encode(src, mask),
-                               rtol=0, atol=1e-5)
-    torch.testing.assert_close(small_model(padded, padded_mask, tgt, tgt_mask), small_model(src, mask, tgt, tgt_mask),
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        small_model.encode(padded, padded_mask)[:, :5], small_model.encode(src, mask), rtol=0, atol=1e-5
+    )
+    torch.testing.assert_close(
+        small_model(padded, padded_mask, tgt, tgt_mask),
+        small_model(src, mask, tgt, tgt_mask),
+        rtol=0,
+        atol=1e-5,
+    )
 
 
 def test_target_padding_changes_no_real_logits(small_model):
@@ -59,7 +67,9 @@ def test_target_padding_changes_no_real_logits(small_model):
     tgt = torch.randint(4, 50, (1, 4))
     padded = torch.cat([tgt, torch.full((1, 2), PAD)], dim=1)
     full = small_model(src, src_mask, tgt, tgt != PAD)
-    torch.testing.assert_close(small_model(src, src_mask, padded, padded != PAD)[:, :4], full, rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        small_model(src, src_mask, padded, padded != PAD)[:, :4], full, rtol=0, atol=1e-5
+    )
 
 
 def test_incremental_decoding_equals_teacher_forcing(small_model):
@@ -73,7 +83,7 @@ def test_incremental_decoding_equals_teacher_forcing(small_model):
     cache = KVCache(len(small_model.decoder))
     steps = []
     for t in range(tgt.size(1)):
-        logits, cache = small_model.decode(tgt[:, t: t + 1], memory, src_mask, cache)
+        logits, cache = small_model.decode(tgt[:, t : t + 1], memory, src_mask, cache)
         steps.append(logits)
     assert cache.length == tgt.size(1)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
@@ -101,7 +111,7 @@ def test_decoding_after_a_reorder_equals_recomputing_the_reordered_prefixes(smal
     memory = small_model.encode(src, src != PAD)
     cache = KVCache(len(small_model.decoder))
     for t in range(2):
-        _, cache = small_model.decode(tgt[:, t: t + 1], memory, src != PAD, cache)
+        _, cache = small_model.decode(tgt[:, t : t + 1], memory, src != PAD, cache)
     order = torch.tensor([2, 0, 0, 1])
     cache.reorder(order, order)
     room = cache.self_kv[0][0]
@@ -126,8 +136,8 @@ def test_beams_sharing_their_sentences_memory_equal_repeated_memory(small_model)
     torch.testing.assert_close(shared, repeated, rtol=1e-5, atol=1e-5)
     shared_cache, repeated_cache = KVCache(len(small_model.decoder)), KVCache(len(small_model.decoder))
     for t in range(tgt.size(1)):
-        shared, _ = small_model.decode(tgt[:, t: t + 1], memory, src_mask, shared_cache)
-        repeated, _ = small_model.decode(tgt[:, t: t + 1], *copies, repeated_cache)
+        shared, _ = small_model.decode(tgt[:, t : t + 1], memory, src_mask, shared_cache)
+        repeated, _ = small_model.decode(tgt[:, t : t + 1], *copies, repeated_cache)
         torch.testing.assert_close(shared, repeated, rtol=1e-5, atol=1e-5)
     assert shared_cache.cross_kv[0][0].shape[0] == 2 and repeated_cache.cross_kv[0][0].shape[0] == 6
 
@@ -158,28 +168,31 @@ def test_embeddings_and_output_projection_are_tied(small_model):
 def test_untied_model_has_three_matrices():
     from mt.config import ModelConfig
     from mt.model import Seq2Seq
+
     m = Seq2Seq(ModelConfig(d_model=16, n_heads=2, layers=1, d_ff=32, tie_embeddings=False), 40)
     assert len({id(m.src_embed.weight), id(m.tgt_embed.weight), id(m.out_proj.weight)}) == 3
 
 
 def test_residual_block_pre_and_post_norm():
     from mt.model import Residual
+
     torch.manual_seed(0)
     x, f = torch.randn(2, 3, 8), torch.nn.Linear(8, 8)
     pre, post = Residual(8, 0.0, pre_norm=True), Residual(8, 0.0, pre_norm=False)
     norm = torch.nn.functional.layer_norm
-    torch.testing.assert_close(pre(x, f), x + f(norm(x, (8,))))        # x + f(norm(x))
-    torch.testing.assert_close(post(x, f), norm(x + f(x), (8,)))       # norm(x + f(x))
+    torch.testing.assert_close(pre(x, f), x + f(norm(x, (8,))))  # x + f(norm(x))
+    torch.testing.assert_close(post(x, f), norm(x + f(x), (8,)))  # norm(x + f(x))
 
 
 def test_post_norm_model_ends_each_layer_in_a_norm():
     from mt.config import ModelConfig
     from mt.model import Seq2Seq
+
     torch.manual_seed(0)
     m = Seq2Seq(ModelConfig(d_model=16, n_heads=2, layers=2, d_ff=32, norm="post"), 40).eval()
     assert isinstance(m.enc_norm, torch.nn.Identity) and isinstance(m.dec_norm, torch.nn.Identity)
     src = torch.randint(4, 40, (2, 5))
-    memory = m.encode(src, src != PAD)                                 # (B, S, D), straight from a LayerNorm
+    memory = m.encode(src, src != PAD)  # (B, S, D), straight from a LayerNorm
     torch.testing.assert_close(memory.mean(-1), torch.zeros(2, 5), rtol=0, atol=1e-5)
     torch.testing.assert_close(memory.var(-1, unbiased=False), torch.ones(2, 5), rtol=0, atol=1e-3)
 
@@ -203,11 +216,12 @@ def test_the_causal_flag_gives_the_masked_outputs_at_real_positions(small_model,
     """The GPU path (SDPA's is_causal, no mask) against the explicit pad-and-causal mask, on
     right-padded targets: the same logits wherever the target is real."""
     import mt.model
+
     torch.manual_seed(5)
     src = torch.randint(4, 50, (3, 6))
     tgt = torch.randint(4, 50, (3, 7))
     tgt[1, 4:], tgt[2, 2:] = PAD, PAD
-    masked = small_model(src, src != PAD, tgt, tgt != PAD)                       # (B, T, V)
+    masked = small_model(src, src != PAD, tgt, tgt != PAD)  # (B, T, V)
     monkeypatch.setattr(mt.model, "causal_flag", lambda tgt_in: True)
     flagged = small_model(src, src != PAD, tgt, tgt != PAD)
     real = tgt != PAD
@@ -219,9 +233,11 @@ def test_attention_of_every_kind_hides_exactly_the_masked_positions(small_model)
     batch = make_batch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]])  # S = 5, T = 4; row 1 is padded
     found = small_model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
     assert [len(found[k]) for k in ("encoder", "decoder", "cross")] == [2, 2, 2]
-    hidden = {"encoder": ~batch.src_mask[:, None, None, :].expand(2, 4, 5, 5),                   # (B, H, S, S)
-              "decoder": ~decoder_self_mask(4, batch.tgt_mask).expand(2, 4, 4, 4),               # (B, H, T, T)
-              "cross": ~batch.src_mask[:, None, None, :].expand(2, 4, 4, 5)}                     # (B, H, T, S)
+    hidden = {
+        "encoder": ~batch.src_mask[:, None, None, :].expand(2, 4, 5, 5),  # (B, H, S, S)
+        "decoder": ~decoder_self_mask(4, batch.tgt_mask).expand(2, 4, 4, 4),  # (B, H, T, T)
+        "cross": ~batch.src_mask[:, None, None, :].expand(2, 4, 4, 5),
+    }  # (B, H, T, S)
     for kind, layers in found.items():
         for w in layers:
             assert w.shape == hidden[kind].shape
@@ -235,17 +251,26 @@ def test_attention_weights_are_the_ones_the_layers_use(small_model, monkeypatch)
     """Each kind's weights times the values, through out_proj, give the layer's output; with SDPA's
     causal flag (the GPU path) too, whose decoder self-attention has no mask to hook."""
     import mt.model
+
     batch = make_batch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]])
     for flag in (False, True):
         monkeypatch.setattr(mt.model, "causal_flag", lambda tgt_in: flag)
         seen = []
-        modules = [small_model.encoder[0].self_attn, small_model.decoder[0].self_attn, small_model.decoder[0].cross_attn]
+        modules = [
+            small_model.encoder[0].self_attn,
+            small_model.decoder[0].self_attn,
+            small_model.decoder[0].cross_attn,
+        ]
         hooks = [m.register_forward_hook(lambda m, args, out: seen.append((m, args, out))) for m in modules]
         found = small_model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
         for hook in hooks:
             hook.remove()
-        for (module, args, out), w in zip(seen, (found["encoder"][0], found["decoder"][0], found["cross"][0])):
-            mixed = w @ args[2]                                                    # (B, H, T, Dh)
+        for (module, args, out), w in zip(
+            seen, (found["encoder"][0], found["decoder"][0], found["cross"][0])
+        ):
+            mixed = w @ args[2]  # (B, H, T, Dh)
             B, H, T, Dh = mixed.shape
             real = batch.tgt_mask if T == 4 else torch.ones(B, T, dtype=torch.bool)
-            torch.testing.assert_close(module.out_proj(mixed.transpose(1, 2).reshape(B, T, H * Dh))[real], out[real])
+            torch.testing.assert_close(
+                module.out_proj(mixed.transpose(1, 2).reshape(B, T, H * Dh))[real], out[real]
+            )

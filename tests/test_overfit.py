@@ -1,12 +1,14 @@
 """A small model memorises 100 toy pairs through `train_step`, the update `mt train` makes."""
+
 import pytest
 import torch
 
 from mt.config import DecodeConfig, ModelConfig, TrainConfig
-from mt.corpus import BatchStream, Corpus
+from mt.batching import BatchStream
+from mt.corpus import Corpus
 from mt.model import Seq2Seq
 from mt.tokenizer import train_tokenizer
-from mt.train import inverse_sqrt_lr, train_step
+from mt.step import inverse_sqrt_lr, train_step
 from mt.translate import score, translate_lines
 
 

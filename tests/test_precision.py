@@ -1,4 +1,5 @@
 """Which precisions a device runs natively, and the TF32 switch (mt.distributed.set_precision)."""
+
 import logging
 
 import torch
@@ -15,8 +16,9 @@ def test_bf16_on_a_cpu_without_it_is_said_once(monkeypatch, caplog):
         distributed.set_precision(cpu, "fp32")
         assert caplog.messages == []
         distributed.set_precision(cpu, "bf16")
-    assert caplog.messages == ["train.precision bf16 is not native on this CPU (native: fp32): it runs far slower "
-                               "than fp32"]
+    assert caplog.messages == [
+        "train.precision bf16 is not native on this CPU (native: fp32): it runs far slower than fp32"
+    ]
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
     assert distributed.native_precisions(cpu) == ["fp32", "bf16"]
 

@@ -1,4 +1,5 @@
 """mt/records.py: the one description of each run file, and the check every reader makes with it."""
+
 import json
 
 import pytest
@@ -6,28 +7,36 @@ import torch
 
 from mt.records import CARD, CHECKPOINT, RESULT, Field, Record, metrics_row_problem, optional, problem
 
-SCHEMA = Record({"n": Field("integer", minimum=1), "x": optional("number", null=True),
-                 "inner": optional("object", record=Record({"s": Field("string")}, closed=True)),
-                 "each": optional("object", each=Record({"ok": Field("boolean")}))})
+SCHEMA = Record(
+    {
+        "n": Field("integer", minimum=1),
+        "x": optional("number", null=True),
+        "inner": optional("object", record=Record({"s": Field("string")}, closed=True)),
+        "each": optional("object", each=Record({"ok": Field("boolean")})),
+    }
+)
 
 
-@pytest.mark.parametrize("record, expected", [
-    ({"n": 1}, ""),
-    ({"n": 1, "x": None, "inner": {"s": "a"}, "each": {"a": {"ok": True}}, "newer": [1]}, ""),
-    ({}, "n is missing"),
-    ({"n": True}, "n is true or false, not an integer"),  # JSON's true is not 1
-    ({"n": 1.0}, "n is a number, not an integer"),
-    ({"n": 0}, "n is 0, below 1"),
-    ({"n": None}, "n is null"),
-    ({"n": 1, "x": "1"}, "x is a string, not a number"),
-    ({"n": 1, "x": float("nan")}, ""),
-    ({"n": 1, "inner": []}, "inner is a list, not an object"),
-    ({"n": 1, "inner": {}}, "inner.s is missing"),
-    ({"n": 1, "inner": {"s": "a", "t": 1}}, "inner.t is not a key mt writes"),
-    ({"n": 1, "each": {"a": {"ok": True}, "b": {"ok": 1}}}, "each.b.ok is an integer, not true or false"),
-    ({"n": 1, "each": {"a": 3}}, "each.a is an integer, not an object"),
-    ([1], "the file is a list, not an object"),
-])
+@pytest.mark.parametrize(
+    "record, expected",
+    [
+        ({"n": 1}, ""),
+        ({"n": 1, "x": None, "inner": {"s": "a"}, "each": {"a": {"ok": True}}, "newer": [1]}, ""),
+        ({}, "n is missing"),
+        ({"n": True}, "n is true or false, not an integer"),  # JSON's true is not 1
+        ({"n": 1.0}, "n is a number, not an integer"),
+        ({"n": 0}, "n is 0, below 1"),
+        ({"n": None}, "n is null"),
+        ({"n": 1, "x": "1"}, "x is a string, not a number"),
+        ({"n": 1, "x": float("nan")}, ""),
+        ({"n": 1, "inner": []}, "inner is a list, not an object"),
+        ({"n": 1, "inner": {}}, "inner.s is missing"),
+        ({"n": 1, "inner": {"s": "a", "t": 1}}, "inner.t is not a key mt writes"),
+        ({"n": 1, "each": {"a": {"ok": True}, "b": {"ok": 1}}}, "each.b.ok is an integer, not true or false"),
+        ({"n": 1, "each": {"a": 3}}, "each.a is an integer, not an object"),
+        ([1], "the file is a list, not an object"),
+    ],
+)
 def test_problem_names_the_first_key_that_departs(record, expected):
     assert problem(record, SCHEMA) == expected
 
@@ -46,9 +55,15 @@ def test_what_mt_writes_fits_its_records(tiny, tmp_path):
     from mt.cli import main
     from mt.config import load_config
     from mt.train import train
+
     run = tmp_path / "run"
-    train(load_config("configs/toy.yaml", tiny + ["train.max_steps=4", "train.keep_last=2",
-                                                    "train.average_last=2", "train.valid_every=2"]), run)
+    train(
+        load_config(
+            "configs/toy.yaml",
+            tiny + ["train.max_steps=4", "train.keep_last=2", "train.average_last=2", "train.valid_every=2"],
+        ),
+        run,
+    )
     assert main(["evaluate", "--run", str(run), "--device", "cpu", "--beam", "2"]) == 0
     card = json.loads((run / "card.json").read_text())
     assert problem(card, CARD) == ""

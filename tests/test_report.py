@@ -1,4 +1,5 @@
 """Run cards, `mt report` (rows, differing keys, paired bootstrap, refusals, plots) and attention maps."""
+
 import json
 import shutil
 import sys
@@ -11,11 +12,26 @@ from mt.cli import main
 from mt.config import ConfigError, load_config
 from mt.data import make_batch
 from mt.evaluate import evaluate_run
-from mt.report import Run, _p, load_runs, paired_bootstrap, piece_labels, plot_attention, plot_curves, write_report
+from mt.report import (
+    Run,
+    _p,
+    load_runs,
+    paired_bootstrap,
+    piece_labels,
+    plot_attention,
+    plot_curves,
+    write_report,
+)
 from mt.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORT = ["model.layers=2", "train.log_every=5", "train.valid_every=10", "train.max_steps=30", "train.lr=0.005"]
+REPORT = [
+    "model.layers=2",
+    "train.log_every=5",
+    "train.valid_every=10",
+    "train.max_steps=30",
+    "train.lr=0.005",
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +61,18 @@ def test_card_fields_are_present_and_typed(two_runs):
     assert all(isinstance(t[k], float) for k in ("wall_s", "train_s", "tokens_per_s", "best_val_bleu"))
     assert t["best_step"] in (10, 20, 30)
     test = card["results"]["test"]
-    assert set(test) >= {"bleu", "chrf", "bleu_signature", "chrf_signature", "length_ratio", "refs_sha256",
-                         "sentences", "beam", "hyp_file", "ref_file"}
+    assert set(test) >= {
+        "bleu",
+        "chrf",
+        "bleu_signature",
+        "chrf_signature",
+        "length_ratio",
+        "refs_sha256",
+        "sentences",
+        "beam",
+        "hyp_file",
+        "ref_file",
+    }
     assert test["sentences"] == 40 and test["bleu_signature"].startswith("nrefs:1|case:mixed")
     assert isinstance(test["length_ratio"], float) and test["length_ratio"] > 0
 
@@ -75,13 +101,17 @@ def test_report_refuses_runs_on_another_test_set(two_runs, small_corpus, tmp_pat
     shutil.copytree(small_corpus, other_data)
     for lang in ("de", "en"):
         lines = (other_data / f"test.{lang}").read_text().splitlines()
-        (other_data / f"test.{lang}").write_text("".join(line + "\n" for line in lines[::-1]))  # same text, reordered
+        (other_data / f"test.{lang}").write_text(
+            "".join(line + "\n" for line in lines[::-1])
+        )  # same text, reordered
     other = tmp_path / "other-run"
     shutil.copytree(two_runs[1], other)
     evaluate_run(other, "test", "cpu", [f"data.dir={other_data}"])
     text = write_report([two_runs[0], other], tmp_path / "r.md")[0].read_text()
-    assert (f"> **Not compared:** `{other}` was scored on a different test set (other references) than the "
-            f"baseline") in text
+    assert (
+        f"> **Not compared:** `{other}` was scored on a different test set (other references) than the "
+        f"baseline"
+    ) in text
     row = next(line for line in text.splitlines() if line.startswith("| other-run"))
     assert row.split("|")[11].strip() == "–"
     assert "Nothing to test: fewer than two comparable runs." in text
@@ -107,13 +137,17 @@ def test_one_run_compares_two_of_its_evaluations(two_runs, tmp_path, capsys):
     rows = [line.split("|") for line in text.splitlines() if line.startswith("| ls01")]
     assert [r[1].strip().rstrip(" ★") for r in rows] == ["ls01", "ls01@test-last"]
     card = json.loads((run / "card.json").read_text())["results"]
-    assert [r[10].strip() for r in rows] == [f"{card['test']['bleu']:.2f}", f"{card['test-last']['bleu']:.2f}"]
+    assert [r[10].strip() for r in rows] == [
+        f"{card['test']['bleu']:.2f}",
+        f"{card['test-last']['bleu']:.2f}",
+    ]
     assert "- `ls01@test-last` vs `ls01`: BLEU " in text and text.count("](r-curves.png)") == 1
     with pytest.raises(ConfigError, match="the same run directory is given twice"):
         load_runs([f"{run}@test-last", f"{run}@test-last"])
     assert main(["report", f"{run}@test-nope", str(run), "--out", str(tmp_path / "x.md")]) == 2
-    assert capsys.readouterr().err == (f"mt: error: {run}: the baseline has no 'test-nope' result; "
-                                       f"run `mt evaluate` on it first\n")
+    assert capsys.readouterr().err == (
+        f"mt: error: {run}: the baseline has no 'test-nope' result; run `mt evaluate` on it first\n"
+    )
 
 
 @pytest.mark.slow
@@ -121,10 +155,14 @@ def test_report_refuses_runs_scored_with_other_metric_signatures(two_runs, tmp_p
     other = tmp_path / "intl"
     shutil.copytree(two_runs[1], other)
     card = json.loads((other / "card.json").read_text())
-    card["results"]["test"]["bleu_signature"] = card["results"]["test"]["bleu_signature"].replace("tok:13a", "tok:intl")
+    card["results"]["test"]["bleu_signature"] = card["results"]["test"]["bleu_signature"].replace(
+        "tok:13a", "tok:intl"
+    )
     (other / "card.json").write_text(json.dumps(card))
     text = write_report([two_runs[0], other], tmp_path / "r.md")[0].read_text()
-    assert f"> **Not compared:** `{other}` was scored with different metric signatures than the baseline" in text
+    assert (
+        f"> **Not compared:** `{other}` was scored with different metric signatures than the baseline" in text
+    )
     assert "Nothing to test: fewer than two comparable runs." in text
 
 
@@ -138,15 +176,29 @@ def test_report_without_matplotlib_still_writes(two_runs, tmp_path, monkeypatch)
 
 def test_report_needs_cards(tmp_path, capsys):
     assert main(["report", str(tmp_path), "--out", str(tmp_path / "r.md")]) == 2
-    assert capsys.readouterr().err == (f"mt: error: {tmp_path}/card.json: not found; train the run (or run "
-                                       f"`mt evaluate --run {tmp_path}`) first\n")
+    assert capsys.readouterr().err == (
+        f"mt: error: {tmp_path}/card.json: not found; train the run (or run "
+        f"`mt evaluate --run {tmp_path}`) first\n"
+    )
 
 
 @pytest.mark.slow
 def test_attention_command_writes_png(two_runs, tmp_path, capsys):
     out = tmp_path / "att.png"
-    assert main(["attention", "--run", str(two_runs[0]), "Der Hund sieht die Katze .", "--out", str(out),
-                 "--per-head"]) == 0
+    assert (
+        main(
+            [
+                "attention",
+                "--run",
+                str(two_runs[0]),
+                "Der Hund sieht die Katze .",
+                "--out",
+                str(out),
+                "--per-head",
+            ]
+        )
+        == 0
+    )
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -156,7 +208,7 @@ def test_cross_attention_weights_reproduce_the_attention_output(small_model):
     assert len(weights) == 2 and weights[0].shape == (2, 4, 4, 5)  # (B, H, T, S)
     for w in weights:
         torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 4))
-        assert torch.all(w[1, :, :, 3:] == 0)                      # padded source positions get nothing
+        assert torch.all(w[1, :, :, 3:] == 0)  # padded source positions get nothing
     # the weights are the ones the layer uses: weights @ V through out_proj gives its output
     layer = small_model.decoder[0].cross_attn
     seen = {}
@@ -164,7 +216,7 @@ def test_cross_attention_weights_reproduce_the_attention_output(small_model):
     small_model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
     handle.remove()
     x, k, v, mask = seen["args"]
-    mixed = layer.weights(x, k, mask) @ v                            # (B, H, T, Dh)
+    mixed = layer.weights(x, k, mask) @ v  # (B, H, T, Dh)
     B, H, T, Dh = mixed.shape
     torch.testing.assert_close(layer.out_proj(mixed.transpose(1, 2).reshape(B, T, H * Dh)), seen["out"])
 
@@ -178,20 +230,30 @@ def test_evaluate_rebuilds_a_missing_card_from_metrics(two_runs, tmp_path):
     card = json.loads((run / "card.json").read_text())
     assert card["training"]["rebuilt_from_metrics"] is True
     assert (card["training"]["steps"], card["training"]["epochs"]) == (30, 1)
-    assert card["training"]["best_val_bleu"] == json.loads((two_runs[0] / "card.json").read_text())[
-        "training"]["best_val_bleu"]
+    assert (
+        card["training"]["best_val_bleu"]
+        == json.loads((two_runs[0] / "card.json").read_text())["training"]["best_val_bleu"]
+    )
     assert card["code"]["recorded_by"] == "evaluate" and "test" in card["results"]
 
 
 def test_attention_labels_drop_the_word_marker():
-    assert piece_labels(["\u2581Der", "\u2581Hu", "nd", "\u2581", ".", "</s>"]) == ["Der", "Hu", "-nd", "\u2581", "-.",
-                                                                                  "</s>"]
+    assert piece_labels(["\u2581Der", "\u2581Hu", "nd", "\u2581", ".", "</s>"]) == [
+        "Der",
+        "Hu",
+        "-nd",
+        "\u2581",
+        "-.",
+        "</s>",
+    ]
 
 
 def test_close_bleu_curves_are_not_drawn_as_a_gap(tmp_path):
     pytest.importorskip("matplotlib")
-    runs = [Run(tmp_path / name, {}, [{"step": 10, "elapsed_s": 60.0, "val_bleu": bleu}], name)
-            for name, bleu in (("a", 0.014120), ("b", 0.014145))]
+    runs = [
+        Run(tmp_path / name, {}, [{"step": 10, "elapsed_s": 60.0, "val_bleu": bleu}], name)
+        for name, bleu in (("a", 0.014120), ("b", 0.014145))
+    ]
     fig = plot_curves(runs, tmp_path / "c.png")
     for ax in fig.axes[2:]:  # the BLEU panels
         low, high = ax.get_ylim()
@@ -201,8 +263,12 @@ def test_close_bleu_curves_are_not_drawn_as_a_gap(tmp_path):
 def test_attention_plot_has_a_colour_scale(tmp_path):
     pytest.importorskip("matplotlib")
     weights = [torch.full((2, 3, 4), 0.25), torch.full((2, 3, 4), 0.25)]  # 2 layers, (H, T, S)
-    fig = plot_attention(["\u2581Der", "\u2581Hund", ".", "</s>"], ["\u2581The", "\u2581dog", "</s>"], weights,
-                         tmp_path / "a.png")
+    fig = plot_attention(
+        ["\u2581Der", "\u2581Hund", ".", "</s>"],
+        ["\u2581The", "\u2581dog", "</s>"],
+        weights,
+        tmp_path / "a.png",
+    )
     panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
     assert len(panels) == 2 and len(fig.axes) == 4  # one colour bar per panel
     assert [t.get_text() for t in panels[0].get_xticklabels()] == ["Der", "Hund", "-.", "</s>"]

@@ -1,4 +1,5 @@
 """Never lose work: exact resume, crash-safe checkpoints, signals, non-finite losses, safe loading."""
+
 import hashlib
 import json
 import os
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import mt.step
 import mt.train
 from mt.checkpoint import rng_state
 from mt.config import load_config
@@ -52,8 +54,15 @@ def assert_same_weights(a: dict, b: dict) -> None:
 
 def mt_cli(*args: str, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "mt", *args], capture_output=True, text=True, cwd=ROOT, env=env,
-                          timeout=600, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "mt", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+        **kw,
+    )
 
 
 @pytest.mark.slow
@@ -90,14 +99,16 @@ def test_sigkill_while_writing_a_checkpoint_resumes_from_the_previous_one(tmp_pa
         "    real(obj, f)\n"
         "torch.save = dying_save\n"
         "from mt.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n")
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
     run, straight = tmp_path / "run", tmp_path / "straight"
     args = ["train", "configs/toy.yaml", "--run-dir", str(run)]
     for item in tiny_resume + ["train.max_steps=14", "train.save_every=4", "train.valid_every=100"]:
         args += ["--set", item]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    killed = subprocess.run([sys.executable, "-c", driver, *args], capture_output=True, text=True, cwd=ROOT,
-                            env=env, timeout=600)
+    killed = subprocess.run(
+        [sys.executable, "-c", driver, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600
+    )
     assert killed.returncode == -signal.SIGKILL
     assert (run / ".last.pt.tmp").read_bytes() == b"half a checkpoint"
     assert torch.load(run / "last.pt", weights_only=True)["progress"]["step"] == 4  # the intact first save
@@ -120,8 +131,14 @@ def test_signal_checkpoints_and_says_how_to_resume(tmp_path, sig, code, tiny_res
     for item in tiny_resume + ["train.max_steps=100000", "train.valid_every=100000"]:
         args += ["--set", item]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "mt", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mt", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     deadline = time.time() + 300
     while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 2):
         assert time.time() < deadline and proc.poll() is None
@@ -133,7 +150,8 @@ def test_signal_checkpoints_and_says_how_to_resume(tmp_path, sig, code, tiny_res
     assert step >= 4
     assert stderr.rstrip().splitlines()[-1] == (
         f"mt: training stopped by {signal.Signals(sig).name} at step {step}; resume with: "
-        f"mt train {' '.join(args[1:4])} " + " ".join(f"--set {s}" for s in args[5::2]))
+        f"mt train {' '.join(args[1:4])} " + " ".join(f"--set {s}" for s in args[5::2])
+    )
     assert "Traceback" not in stderr
 
 
@@ -149,8 +167,10 @@ def test_malicious_checkpoint_is_refused_without_running_it(tmp_path):
     torch.save({"model": Payload(), "config": {}, "vocab_size": 1}, run / "best.pt")
     result = mt_cli("translate", "--run", str(run), input="Hallo\n")
     assert result.returncode == 2
-    assert result.stderr == (f"mt: error: {run / 'best.pt'}: refused: it holds objects other than tensors and "
-                             f"plain data, which could run code; only load checkpoints written by mt\n")
+    assert result.stderr == (
+        f"mt: error: {run / 'best.pt'}: refused: it holds objects other than tensors and "
+        f"plain data, which could run code; only load checkpoints written by mt\n"
+    )
     assert not marker.exists()
     with open(run / "best.pt", "rb") as f:  # the file really is armed: a plain unpickler runs it
         torch.load(f, weights_only=False)
@@ -161,7 +181,16 @@ def test_checkpoints_hold_only_plain_data(tmp_path, tiny_config):
     run = tmp_path / "run"
     train(tiny_config("train.max_steps=2"), run)
     ckpt = torch.load(run / "last.pt", weights_only=True)
-    assert set(ckpt) == {"model", "optimizer", "scaler", "config", "vocab_size", "tokenizer_sha256", "progress", "rng"}
+    assert set(ckpt) == {
+        "model",
+        "optimizer",
+        "scaler",
+        "config",
+        "vocab_size",
+        "tokenizer_sha256",
+        "progress",
+        "rng",
+    }
     assert ckpt["tokenizer_sha256"] == hashlib.sha256((run / "spm.model").read_bytes()).hexdigest()
     assert len(ckpt["rng"]) == 1 and set(ckpt["rng"][0]) >= {"python", "torch"}  # one state per process
     assert ckpt["progress"]["step"] == 2 and ckpt["progress"]["batch_index"] == 4
@@ -172,18 +201,19 @@ def test_checkpoints_hold_only_plain_data(tmp_path, tiny_config):
         if isinstance(x, (list, tuple)):
             return all(plain(v) for v in x)
         return x is None or isinstance(x, (bool, int, float, str, torch.Tensor))
+
     assert plain(ckpt)
 
 
 def test_nonfinite_loss_skips_the_update(tmp_path, monkeypatch, tiny_config):
-    real, calls = mt.train.batch_loss, []
+    real, calls = mt.step.batch_loss, []
 
     def flaky(model, batch, eps):
         calls.extend([1] if model.training else [])  # validation computes losses too
         loss, nll = real(model, batch, eps)
         return (loss * float("nan"), nll) if len(calls) == 5 and model.training else (loss, nll)  # 3rd update
 
-    monkeypatch.setattr(mt.train, "batch_loss", flaky)
+    monkeypatch.setattr(mt.step, "batch_loss", flaky)
     run = tmp_path / "run"
     result = train(tiny_config("train.max_steps=6", "train.accumulate=2"), run)
     assert result["step"] == 6 and len(calls) == 14  # 7 updates tried, 6 made
@@ -193,19 +223,23 @@ def test_nonfinite_loss_skips_the_update(tmp_path, monkeypatch, tiny_config):
 
 
 def test_diverging_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, tiny_config):
-    real, calls = mt.train.batch_loss, []
+    real, calls = mt.step.batch_loss, []
 
     def diverging(model, batch, eps):
         calls.extend([1] if model.training else [])
         loss, nll = real(model, batch, eps)
-        return (loss * float("inf"), nll) if len(calls) > 8 and model.training else (loss, nll)  # after 4 updates
+        return (
+            (loss * float("inf"), nll) if len(calls) > 8 and model.training else (loss, nll)
+        )  # after 4 updates
 
-    monkeypatch.setattr(mt.train, "batch_loss", diverging)
+    monkeypatch.setattr(mt.step, "batch_loss", diverging)
     run = tmp_path / "run"
     with pytest.raises(TrainingError) as e:
         train(tiny_config("train.max_steps=50", "train.save_every=4", "train.max_nonfinite=3"), run)
-    assert str(e.value) == (f"the loss was not finite in 3 updates in a row after step 4 (train.max_nonfinite); "
-                            f"{run}/last.pt is untouched; lower train.lr or check the data")
+    assert str(e.value) == (
+        f"the loss was not finite in 3 updates in a row after step 4 (train.max_nonfinite); "
+        f"{run}/last.pt is untouched; lower train.lr or check the data"
+    )
     assert torch.load(run / "last.pt", weights_only=True)["progress"]["step"] == 4
     assert len([r for r in metrics(run) if "skipped_update" in r]) == 3
 

@@ -2,6 +2,7 @@
 
 The server must answer exactly what `mt translate` writes for the same lines, one result per line,
 in order, whichever requests its worker merged."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,13 +20,21 @@ from fastapi.testclient import TestClient  # noqa: E402
 from mt.cli import main  # noqa: E402
 from mt.config import ServeLimits, load_config  # noqa: E402
 from mt.rundir import load_run  # noqa: E402
-from mt.serve import Job, Worker, create_app, server_info  # noqa: E402
+from mt.serve import create_app, server_info  # noqa: E402
+from mt.worker import Job, Worker  # noqa: E402
 from mt.train import train  # noqa: E402
 from mt.translate import translate_nbest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-ODD = ["Der Hund sieht die Katze .", "", "   ", "Die\tKatze\x00 schläft\x1b .", "Ein Mann\u2028läuft .",
-       "kaputt \ufffd hier", " ".join(["Der Hund sieht die Katze ."] * 40)]  # the last: more pieces than max_len
+ODD = [
+    "Der Hund sieht die Katze .",
+    "",
+    "   ",
+    "Die\tKatze\x00 schläft\x1b .",
+    "Ein Mann\u2028läuft .",
+    "kaputt \ufffd hier",
+    " ".join(["Der Hund sieht die Katze ."] * 40),
+]  # the last: more pieces than max_len
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +67,10 @@ def expected(served, lines: list[str], **options) -> list[list[tuple[str, float]
 
 def test_odd_lines_get_what_mt_translate_writes(client, served, tmp_path, capsys):
     (tmp_path / "in.de").write_text("".join(line + "\n" for line in ODD), encoding="utf-8")
-    assert main(["translate", "--run", str(served[0]), "--input", str(tmp_path / "in.de"), "--device", "cpu"]) == 0
+    assert (
+        main(["translate", "--run", str(served[0]), "--input", str(tmp_path / "in.de"), "--device", "cpu"])
+        == 0
+    )
     cli = capsys.readouterr().out.split("\n")[:-1]
     response = client.post("/translate", json={"lines": ODD})
     assert response.status_code == 200
@@ -70,16 +82,22 @@ def test_odd_lines_get_what_mt_translate_writes(client, served, tmp_path, capsys
 
 def test_nbest_and_scores_follow_the_options(client, served):
     lines = ODD[:2] + ["Ein Hund läuft ."]
-    got = client.post("/translate", json={"lines": lines, "beam": 3, "n_best": 2, "length_penalty": 0.5}).json()
+    got = client.post(
+        "/translate", json={"lines": lines, "beam": 3, "n_best": 2, "length_penalty": 0.5}
+    ).json()
     want = expected(served, lines, beam=3, n_best=2, length_penalty=0.5)
-    assert [[(h["translation"], h["score"]) for h in t["nbest"]] for t in got["translations"]] == \
-        [[(text, round(score, 4)) for text, score in hyps] for hyps in want]
+    assert [[(h["translation"], h["score"]) for h in t["nbest"]] for t in got["translations"]] == [
+        [(text, round(score, 4)) for text, score in hyps] for hyps in want
+    ]
     assert [len(t["nbest"]) for t in got["translations"]] == [2, 1, 2]  # an empty line has one hypothesis
 
 
 def test_a_line_break_or_a_lone_surrogate_inside_an_item_stays_one_line(client, served):
-    got = client.post("/translate", content=json.dumps({"lines": ["Der Hund\nsieht die Katze .", "a \ud800 b"]}),
-                      headers={"Content-Type": "application/json"}).json()["translations"]
+    got = client.post(
+        "/translate",
+        content=json.dumps({"lines": ["Der Hund\nsieht die Katze .", "a \ud800 b"]}),
+        headers={"Content-Type": "application/json"},
+    ).json()["translations"]
     want = expected(served, ["Der Hund sieht die Katze .", "a \ufffd b"])
     assert [t["translation"] for t in got] == [hyps[0][0] for hyps in want]
     assert client.post("/translate", json={"lines": []}).json()["translations"] == []
@@ -87,7 +105,7 @@ def test_a_line_break_or_a_lone_surrogate_inside_an_item_stays_one_line(client, 
 
 def test_waiting_requests_are_merged_into_one_batch_and_answered_in_order(served):
     worker = make_worker(served)
-    requests = [ODD[i % 3: i % 3 + 1 + i % 2] + [f"Der Hund {i} ."] for i in range(12)]
+    requests = [ODD[i % 3 : i % 3 + 1 + i % 2] + [f"Der Hund {i} ."] for i in range(12)]
     jobs = [Job("translate", lines, served[1].decode) for lines in requests]
     for job in jobs:  # queued before the worker starts: its first round takes them all
         worker.queue.put(job)
@@ -95,9 +113,13 @@ def test_waiting_requests_are_merged_into_one_batch_and_answered_in_order(served
     got = [job.future.result(timeout=60) for job in jobs]
     worker.stop()
     assert worker.batches == 1
-    for found, want in zip(got, (expected(served, lines) for lines in requests)):  # other batches: other padding
+    for found, want in zip(
+        got, (expected(served, lines) for lines in requests)
+    ):  # other batches: other padding
         assert [[text for text, _ in hyps] for hyps in found] == [[text for text, _ in hyps] for hyps in want]
-        assert [s for hyps in found for _, s in hyps] == pytest.approx([s for hyps in want for _, s in hyps], abs=1e-4)
+        assert [s for hyps in found for _, s in hyps] == pytest.approx(
+            [s for hyps in want for _, s in hyps], abs=1e-4
+        )
 
 
 def test_requests_with_other_options_are_decoded_apart(served):
@@ -136,10 +158,13 @@ def test_a_full_queue_is_503_not_a_hang(served):
     with TestClient(create_app(worker, {})) as c:
         response = c.post("/translate", json={"lines": ["c"]})
         assert response.status_code == 503 and response.headers["retry-after"] == "1"
-        assert response.json() == {"error": "the queue is full (2 requests waiting, mt serve --max-queue); retry later"}
+        assert response.json() == {
+            "error": "the queue is full (2 requests waiting, mt serve --max-queue); retry later"
+        }
         release.set()
-        assert [f.result(timeout=60)[0][0][0] for f in [first, *waiting]] == [expected(served, [x])[0][0][0]
-                                                                              for x in "abb"]
+        assert [f.result(timeout=60)[0][0][0] for f in [first, *waiting]] == [
+            expected(served, [x])[0][0][0] for x in "abb"
+        ]
         assert c.post("/translate", json={"lines": ["c"]}).status_code == 200
 
 
@@ -148,32 +173,76 @@ def test_a_failing_decoder_is_a_500_and_the_server_goes_on(client):
     compute = worker.compute
     worker.compute = lambda *args: 1 / 0
     response = client.post("/translate", json={"lines": ["a"]})
-    assert (response.status_code, response.json()) == (500, {"error": "internal error (ZeroDivisionError); the "
-                                                                      "server log has the traceback"})
+    assert (response.status_code, response.json()) == (
+        500,
+        {"error": "internal error (ZeroDivisionError); the server log has the traceback"},
+    )
     worker.compute = compute
     assert client.post("/translate", json={"lines": ["a"]}).status_code == 200
     assert client.get("/health").json()["status"] == "ok"
 
 
 LIMITS = [  # (body, status, error, name): every refusal, with the limits of the `client` fixture
-    ({"lines": ["a"] * 9}, 413, "the request has 9 lines, more than max_lines=8 (mt serve --max-lines); send them in "
-     "several requests", ("limit", "max_lines")),
-    ({"lines": ["a", "b" * 2001]}, 413, "lines[1] has 2001 characters, more than max_line_chars=2000 (mt serve "
-     "--max-line-chars); split the line", ("limit", "max_line_chars")),
-    ({"lines": ["a" * 600] * 8}, 413, "the request body is larger than max_request_bytes=4000 (mt serve "
-     "--max-request-bytes); send fewer lines per request", ("limit", "max_request_bytes")),
+    (
+        {"lines": ["a"] * 9},
+        413,
+        "the request has 9 lines, more than max_lines=8 (mt serve --max-lines); send them in "
+        "several requests",
+        ("limit", "max_lines"),
+    ),
+    (
+        {"lines": ["a", "b" * 2001]},
+        413,
+        "lines[1] has 2001 characters, more than max_line_chars=2000 (mt serve "
+        "--max-line-chars); split the line",
+        ("limit", "max_line_chars"),
+    ),
+    (
+        {"lines": ["a" * 600] * 8},
+        413,
+        "the request body is larger than max_request_bytes=4000 (mt serve "
+        "--max-request-bytes); send fewer lines per request",
+        ("limit", "max_request_bytes"),
+    ),
     ({"lines": ["a"], "beem": 2}, 422, "beem: unknown option; did you mean beam?", ("option", "beem")),
-    ({"lines": ["a"], "colour": 2}, 422, "colour: unknown option; the options are lines, beam, n_best, "
-     "length_penalty", ("option", "colour")),
-    ({"lines": ["a"], "beam": 0}, 422, "beam: Input should be greater than or equal to 1", ("option", "beam")),
+    (
+        {"lines": ["a"], "colour": 2},
+        422,
+        "colour: unknown option; the options are lines, beam, n_best, length_penalty",
+        ("option", "colour"),
+    ),
+    (
+        {"lines": ["a"], "beam": 0},
+        422,
+        "beam: Input should be greater than or equal to 1",
+        ("option", "beam"),
+    ),
     ({"lines": ["a"], "beam": "4"}, 422, "beam: Input should be a valid integer", ("option", "beam")),
-    ({"lines": ["a"], "beam": 5}, 422, "beam: 5 is more than max_beam=4 (mt serve --max-beam)", ("option", "beam")),
-    ({"lines": ["a"], "n_best": 2}, 422, "n_best: 2 is more than the run's beam (1): beam search keeps only that "
-     "many hypotheses; send beam 2 or more", ("option", "n_best")),
-    ({"lines": ["a"], "beam": 2, "n_best": 3}, 422, "n_best: 3 is more than beam 2: beam search keeps only that "
-     "many hypotheses; send beam 3 or more", ("option", "n_best")),
-    ({"lines": ["a"], "length_penalty": -1}, 422, "length_penalty: Input should be greater than or equal to 0",
-     ("option", "length_penalty")),
+    (
+        {"lines": ["a"], "beam": 5},
+        422,
+        "beam: 5 is more than max_beam=4 (mt serve --max-beam)",
+        ("option", "beam"),
+    ),
+    (
+        {"lines": ["a"], "n_best": 2},
+        422,
+        "n_best: 2 is more than the run's beam (1): beam search keeps only that "
+        "many hypotheses; send beam 2 or more",
+        ("option", "n_best"),
+    ),
+    (
+        {"lines": ["a"], "beam": 2, "n_best": 3},
+        422,
+        "n_best: 3 is more than beam 2: beam search keeps only that many hypotheses; send beam 3 or more",
+        ("option", "n_best"),
+    ),
+    (
+        {"lines": ["a"], "length_penalty": -1},
+        422,
+        "length_penalty: Input should be greater than or equal to 0",
+        ("option", "length_penalty"),
+    ),
     ({"lines": "a"}, 422, "lines: Input should be a valid list", ("option", "lines")),
     ({"lines": ["a", 7]}, 422, "lines[1]: Input should be a valid string", ("option", "lines")),
     ({}, 422, "lines: Field required", ("option", "lines")),
@@ -189,14 +258,24 @@ def test_every_refusal_is_one_json_line_naming_the_limit_or_option(client, body,
 
 def test_refusals_of_the_body_itself(client):
     post = lambda content, kind="application/json": client.post(  # noqa: E731
-        "/translate", content=content, headers={"Content-Type": kind})
-    assert post(b'{"lines": [').json() == {"error": "body: not valid JSON (Expecting value)", "option": "body"}
-    assert post(b'{"lines": ["a"], "length_penalty": NaN}').json()["error"] == \
-        "length_penalty: Input should be a finite number"
-    assert post(b'{"lines": ["a"]}', "text/plain").json()["error"] == \
-        "body: send a JSON object with Content-Type: application/json (got text/plain)"
+        "/translate", content=content, headers={"Content-Type": kind}
+    )
+    assert post(b'{"lines": [').json() == {
+        "error": "body: not valid JSON (Expecting value)",
+        "option": "body",
+    }
+    assert (
+        post(b'{"lines": ["a"], "length_penalty": NaN}').json()["error"]
+        == "length_penalty: Input should be a finite number"
+    )
+    assert (
+        post(b'{"lines": ["a"]}', "text/plain").json()["error"]
+        == "body: send a JSON object with Content-Type: application/json (got text/plain)"
+    )
     body = b'{"lines": ["' + b"a" * 4000 + b'"]}'
-    response = client.post("/translate", content=(body[i: i + 100] for i in range(0, len(body), 100)))  # chunked
+    response = client.post(
+        "/translate", content=(body[i : i + 100] for i in range(0, len(body), 100))
+    )  # chunked
     assert (response.status_code, response.json()["limit"]) == (413, "max_request_bytes")
     assert client.get("/translate").json() == {"error": "GET /translate: Method Not Allowed"}
     assert client.get("/nowhere").status_code == 404
@@ -211,7 +290,9 @@ def test_health_info_and_the_page(client, served):
     assert page.status_code == 200 and 'src="static/app.js"' in page.text
     for name in ("app.js", "style.css"):
         text = client.get(f"/static/{name}").text
-        assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text  # offline
+        assert (
+            "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text
+        )  # offline
 
 
 def test_attention_shows_the_batch_padding_and_the_masks(client, served):
@@ -230,7 +311,11 @@ def test_attention_shows_the_batch_padding_and_the_masks(client, served):
             assert all((p == 0) == (not m) for row, mrow in zip(head, mask) for p, m in zip(row, mrow)), kind
             assert all(abs(sum(row) - 1) < 1e-3 for row in head)
     empty = client.post("/attention", json={"lines": lines + [""], "index": 2}).json()
-    assert (empty["translation"], empty["target"][:2], empty["predicted"][0]) == ("", ["<s>", "<pad>"], "</s>")
+    assert (empty["translation"], empty["target"][:2], empty["predicted"][0]) == (
+        "",
+        ["<s>", "<pad>"],
+        "</s>",
+    )
     response = client.post("/attention", json={"lines": lines, "index": 2})
     assert response.json() == {"error": "index: 2 is not a line of the request (2 lines)", "option": "index"}
 
@@ -239,8 +324,10 @@ def test_serve_refuses_a_taken_port_in_one_line(served, capsys):
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         assert main(["serve", "--run", str(served[0]), "--port", str(port)]) == 2
-    assert capsys.readouterr().err == (f"mt: error: 127.0.0.1:{port}: cannot listen (Address already in use); "
-                                       "pick another --port or --host\n")
+    assert capsys.readouterr().err == (
+        f"mt: error: 127.0.0.1:{port}: cannot listen (Address already in use); "
+        "pick another --port or --host\n"
+    )
 
 
 def test_mt_serve_answers_over_loopback_and_stops_on_ctrl_c(served):
@@ -253,19 +340,37 @@ def test_mt_serve_answers_over_loopback_and_stops_on_ctrl_c(served):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "mt", "serve", "--run", str(served[0]), "--port", str(port),
-                               "--device", "cpu"], stderr=subprocess.PIPE, text=True,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # not ignored, as under `&`
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mt",
+            "serve",
+            "--run",
+            str(served[0]),
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # not ignored, as under `&`
     try:
         for _ in range(600):
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-                conn.request("POST", "/translate", json.dumps({"lines": ODD[:2]}), {"Content-Type": "application/json"})
+                conn.request(
+                    "POST", "/translate", json.dumps({"lines": ODD[:2]}), {"Content-Type": "application/json"}
+                )
                 answer = json.loads(conn.getresponse().read())
                 break
             except OSError:
                 time.sleep(0.1)
-        assert [t["translation"] for t in answer["translations"]] == [hyps[0][0] for hyps in expected(served, ODD[:2])]
+        assert [t["translation"] for t in answer["translations"]] == [
+            hyps[0][0] for hyps in expected(served, ODD[:2])
+        ]
     finally:
         server.send_signal(signal.SIGINT)
         _, err = server.communicate(timeout=30)

@@ -1,6 +1,7 @@
 """What stops training, as README promises: max_steps, max_minutes (wall clock summed over restarts),
 patience on validation BLEU, a diverging loss (exit code 1), Ctrl-C once (checkpoint, exit 130) and
 twice (at once, no traceback)."""
+
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import mt.step
 import mt.train
 import mt.validation
 from mt.cli import main
@@ -40,29 +42,48 @@ def ten_seconds_an_update(monkeypatch):
     def slow_step(*args, **kwargs):
         now[0] += 10.0
         return real(*args, **kwargs)
+
     monkeypatch.setattr(mt.train, "train_step", slow_step)
 
 
 def test_max_minutes_stops_at_the_first_update_past_the_budget_and_counts_across_restarts(
-        tmp_path, tiny, ten_seconds_an_update):
+    tmp_path, tiny, ten_seconds_an_update
+):
     cfg = lambda minutes: load_config(ROOT / "configs/toy.yaml", tiny + [f"train.max_minutes={minutes}"])  # noqa: E731
     first = train(cfg(0.5), tmp_path / "run")
     assert (first["step"], first["stopped"], first["elapsed_s"]) == (3, "reached train.max_minutes=0.5", 30.0)
     second = train(cfg(1.0), tmp_path / "run")  # resumes with 30 s already spent
-    assert (second["step"], second["stopped"], second["elapsed_s"]) == (6, "reached train.max_minutes=1.0", 60.0)
+    assert (second["step"], second["stopped"], second["elapsed_s"]) == (
+        6,
+        "reached train.max_minutes=1.0",
+        60.0,
+    )
     assert [(r["step"], r["elapsed_s"]) for r in rows(tmp_path / "run") if "loss" in r] == [
-        (2, 20.0), (4, 40.0), (6, 60.0)]
+        (2, 20.0),
+        (4, 40.0),
+        (6, 60.0),
+    ]
 
 
 def test_patience_stops_after_validations_without_a_bleu_gain(tmp_path, tiny, monkeypatch):
     bleu = iter([10.0, 12.0, 11.0, 12.0, 9.0, 30.0])  # validations at steps 2, 4, 6, 8, 10, 12
 
     def scripted(model, val, tokenizer, cfg, device):
-        return {"val_loss": 1.0, "val_nll": 1.0, "val_ppl": 2.7, "val_bleu": next(bleu), "val_chrf": 50.0,
-                "valid_beam": 1, "bleu_signature": "scripted"}
+        return {
+            "val_loss": 1.0,
+            "val_nll": 1.0,
+            "val_ppl": 2.7,
+            "val_bleu": next(bleu),
+            "val_chrf": 50.0,
+            "valid_beam": 1,
+            "bleu_signature": "scripted",
+        }
+
     monkeypatch.setattr(mt.train, "validate", scripted)
     run = tmp_path / "run"
-    result = train(load_config(ROOT / "configs/toy.yaml", tiny + ["train.valid_every=2", "train.patience=3"]), run)
+    result = train(
+        load_config(ROOT / "configs/toy.yaml", tiny + ["train.valid_every=2", "train.patience=3"]), run
+    )
     # 12 at step 4 is the best; 11, 12 (no gain: not higher) and 9 are three validations without a gain
     assert (result["step"], result["best_bleu"], result["best_step"]) == (10, 12.0, 4)
     assert result["stopped"] == "no val BLEU gain in 3 validations (train.patience)"
@@ -78,9 +99,15 @@ def test_validation_decodes_with_valid_beam_whatever_decode_says(tmp_path, tiny,
     def spy(model, tokenizer, lines, cfg, device="cpu", max_source_pieces=None):
         seen.append(cfg)
         return real(model, tokenizer, lines, cfg, device, max_source_pieces)
+
     monkeypatch.setattr(mt.validation, "translate_lines", spy)
-    overrides = tiny + ["train.max_steps=4", "train.valid_beam=2", "decode.beam=5", "decode.length_penalty=0.3",
-                        "decode.max_len_a=3.0"]
+    overrides = tiny + [
+        "train.max_steps=4",
+        "train.valid_beam=2",
+        "decode.beam=5",
+        "decode.length_penalty=0.3",
+        "decode.max_len_a=3.0",
+    ]
     run = tmp_path / "run"
     train(load_config(ROOT / "configs/toy.yaml", overrides), run)
     assert seen == [DecodeConfig(beam=2)]  # one validation, at step 4, with mt's default search otherwise
@@ -89,56 +116,77 @@ def test_validation_decodes_with_valid_beam_whatever_decode_says(tmp_path, tiny,
 
 
 def test_diverging_loss_exits_with_code_1_through_the_cli(tmp_path, tiny, monkeypatch, capsys):
-    real, updates = mt.train.batch_loss, []
+    real, updates = mt.step.batch_loss, []
 
     def diverging(model, batch, eps):
         updates.extend([1] if model.training else [])
         loss, nll = real(model, batch, eps)
         return (loss * float("inf"), nll) if len(updates) > 4 and model.training else (loss, nll)
-    monkeypatch.setattr(mt.train, "batch_loss", diverging)
+
+    monkeypatch.setattr(mt.step, "batch_loss", diverging)
     run = tmp_path / "run"
     args = ["train", "configs/toy.yaml", "--run-dir", str(run)]
-    for item in tiny + ["train.max_steps=50", "train.valid_every=100", "train.save_every=4", "train.max_nonfinite=2"]:
+    for item in tiny + [
+        "train.max_steps=50",
+        "train.valid_every=100",
+        "train.save_every=4",
+        "train.max_nonfinite=2",
+    ]:
         args += ["--set", item]
     assert main(args) == 1
     err = capsys.readouterr().err
-    assert err.splitlines()[-1] == (f"mt: error: the loss was not finite in 2 updates in a row after step 4 "
-                                    f"(train.max_nonfinite); {run}/last.pt is untouched; lower train.lr or check "
-                                    f"the data")
+    assert err.splitlines()[-1] == (
+        f"mt: error: the loss was not finite in 2 updates in a row after step 4 "
+        f"(train.max_nonfinite); {run}/last.pt is untouched; lower train.lr or check "
+        f"the data"
+    )
     assert step_of(run / "last.pt") == 4 and "Traceback" not in err
 
 
 SLOW_UPDATES = (  # mt with a 0.3 s sleep in every training forward pass, so a signal lands mid-update
     "import sys, time\n"
-    "import mt.train as T\n"
+    "import mt.step as T\n"
     "real = T.batch_loss\n"
     "def slow(model, batch, eps):\n"
     "    if model.training: time.sleep(0.3)\n"
     "    return real(model, batch, eps)\n"
     "T.batch_loss = slow\n"
     "from mt.cli import main\n"
-    "sys.exit(main(sys.argv[1:]))\n")
+    "sys.exit(main(sys.argv[1:]))\n"
+)
 
 
 @pytest.mark.slow
 def test_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path, tiny):
     run = tmp_path / "run"
     args = ["train", "configs/toy.yaml", "--run-dir", str(run)]
-    for item in tiny + ["train.max_steps=1000", "train.valid_every=1000", "train.log_every=1", "train.save_every=2"]:
+    for item in tiny + [
+        "train.max_steps=1000",
+        "train.valid_every=1000",
+        "train.log_every=1",
+        "train.save_every=2",
+    ]:
         args += ["--set", item]
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_UPDATES, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_UPDATES, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     deadline = time.time() + 300
     while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 3):
         assert time.time() < deadline and proc.poll() is None
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.1)                  # the first Ctrl-C waits for the update to finish; the second does not
+    time.sleep(0.1)  # the first Ctrl-C waits for the update to finish; the second does not
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
-    assert stderr.splitlines()[-1] == ("mt: interrupted; files are written whole or not at all, so every "
-                                       "checkpoint is intact")
+    assert stderr.splitlines()[-1] == (
+        "mt: interrupted; files are written whole or not at all, so every checkpoint is intact"
+    )
     assert "Traceback" not in stderr and "resume with" not in stderr  # it did not take the checkpoint path
     last = step_of(run / "last.pt")
     assert last >= 2 and last % 2 == 0 and not (run / ".last.pt.tmp").exists()

@@ -31,7 +31,9 @@ def test_save_and_load(tokenizer, tmp_path, toy):
 
 
 def test_vocab_too_large_is_a_config_error():
-    with pytest.raises(ConfigError, match=r"tokenizer.vocab_size: 5000 is too large for this corpus; set it to at most \d+"):
+    with pytest.raises(
+        ConfigError, match=r"tokenizer.vocab_size: 5000 is too large for this corpus; set it to at most \d+"
+    ):
         train_tokenizer(["ein kleiner Satz", "a small sentence"] * 10, vocab_size=5000)
 
 
@@ -39,11 +41,19 @@ def test_a_model_with_other_special_ids_is_refused():
     import io
 
     import sentencepiece as spm
+
     proto = io.BytesIO()  # sentencepiece's defaults: unk 0, bos 1, eos 2, no pad
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(["ein kleiner Satz", "a small sentence"] * 20),
-                                   model_writer=proto, vocab_size=20, minloglevel=2)
-    with pytest.raises(ConfigError, match=r"^x/spm.model: a sentencepiece model without mt's special ids \(pad 0, "
-                       r"unk 1, bos 2, eos 3\); use the spm.model that mt trained for this run$"):
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(["ein kleiner Satz", "a small sentence"] * 20),
+        model_writer=proto,
+        vocab_size=20,
+        minloglevel=2,
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^x/spm.model: a sentencepiece model without mt's special ids \(pad 0, "
+        r"unk 1, bos 2, eos 3\); use the spm.model that mt trained for this run$",
+    ):
         Tokenizer(proto.getvalue(), "x/spm.model")
 
 
@@ -59,7 +69,9 @@ def test_a_piece_that_is_not_utf8_is_a_damaged_model(tokenizer):
     data = bytearray(tokenizer.proto)
     i = data.index("\u2581".encode())
     data[i + 1] ^= 0x40  # e2 96 81 -> e2 d6 81: not UTF-8
-    with pytest.raises(ConfigError, match=r"^x/spm.model: damaged or not a sentencepiece model \(.*\); restore it"):
+    with pytest.raises(
+        ConfigError, match=r"^x/spm.model: damaged or not a sentencepiece model \(.*\); restore it"
+    ):
         Tokenizer(bytes(data), "x/spm.model")
 
 

@@ -1,4 +1,5 @@
 """Loss against hand computations, the warmup schedule's values, and what one update does."""
+
 import copy
 import math
 
@@ -6,13 +7,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import mt.step
 import mt.train
 from mt.config import ModelConfig, TrainConfig
 from mt.data import make_batch
 from mt.loss import batch_loss, label_smoothed_loss
 from mt.model import Seq2Seq
 from mt.tokenizer import PAD
-from mt.train import inverse_sqrt_lr, learning_rate, train_step
+from mt.step import inverse_sqrt_lr, learning_rate, train_step
 
 
 def test_loss_matches_hand_computation():
@@ -61,20 +63,27 @@ def test_warmup_schedule_values():
 
 def test_linear_schedule_ends_at_zero_with_the_budget():
     t = TrainConfig(lr=1e-3, warmup_steps=100, schedule="linear", max_steps=1000)
-    assert learning_rate(t, 50, 0.0) == pytest.approx(5e-4)      # warmup, as inverse_sqrt
-    assert learning_rate(t, 100, 0.0) == pytest.approx(9e-4)     # the decay line, 1 - 100/1000, is lower
+    assert learning_rate(t, 50, 0.0) == pytest.approx(5e-4)  # warmup, as inverse_sqrt
+    assert learning_rate(t, 100, 0.0) == pytest.approx(9e-4)  # the decay line, 1 - 100/1000, is lower
     assert learning_rate(t, 600, 0.0) == pytest.approx(4e-4)
     assert learning_rate(t, 1000, 0.0) == 0.0
     timed = TrainConfig(lr=1e-3, warmup_steps=100, schedule="linear", max_steps=10**6, max_minutes=10)
     assert learning_rate(timed, 500, 450.0) == pytest.approx(2.5e-4)  # 450 s of 600: a quarter left
-    assert learning_rate(timed, 900, 700.0) == 0.0                  # past the budget (the final update)
-    assert learning_rate(TrainConfig(lr=1e-3, warmup_steps=400), 1600, 1e9) == inverse_sqrt_lr(1600, 1e-3, 400)
+    assert learning_rate(timed, 900, 700.0) == 0.0  # past the budget (the final update)
+    assert learning_rate(TrainConfig(lr=1e-3, warmup_steps=400), 1600, 1e9) == inverse_sqrt_lr(
+        1600, 1e-3, 400
+    )
 
 
 def _model_and_batches(seed: int = 0):
     torch.manual_seed(seed)
     model = Seq2Seq(ModelConfig(d_model=16, n_heads=2, layers=1, d_ff=32, dropout=0.0), 30)
-    pairs = [([5, 6, 7], [8, 9]), ([10, 11], [12, 13, 14, 15]), ([16], [17]), ([18, 19, 20, 21], [22, 23, 24])]
+    pairs = [
+        ([5, 6, 7], [8, 9]),
+        ([10, 11], [12, 13, 14, 15]),
+        ([16], [17]),
+        ([18, 19, 20, 21], [22, 23, 24]),
+    ]
     return model, pairs
 
 
@@ -113,10 +122,19 @@ def test_train_step_applies_lr_and_clips_the_gradient_norm():
 def test_train_step_skips_a_non_finite_update(monkeypatch):
     model, pairs = _model_and_batches()
     before = copy.deepcopy(model.state_dict())
-    monkeypatch.setattr(mt.train, "batch_loss", lambda m, b, eps: (torch.tensor(float("nan"), requires_grad=True),
-                                                                    torch.tensor(1.0)))
-    stats = train_step(model, torch.optim.SGD(model.parameters()), [make_batch(*zip(*pairs))], TrainConfig(), lr=1.0,
-                       stop_requested=True)
+    monkeypatch.setattr(
+        mt.step,
+        "batch_loss",
+        lambda m, b, eps: (torch.tensor(float("nan"), requires_grad=True), torch.tensor(1.0)),
+    )
+    stats = train_step(
+        model,
+        torch.optim.SGD(model.parameters()),
+        [make_batch(*zip(*pairs))],
+        TrainConfig(),
+        lr=1.0,
+        stop_requested=True,
+    )
     assert not stats.stepped and not stats.overflow and stats.stop
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
@@ -124,16 +142,16 @@ def test_train_step_skips_a_non_finite_update(monkeypatch):
 def test_an_fp16_style_overflow_skips_the_update_without_an_error(monkeypatch):
     """The grad scaler's overflow (here a CPU scaler whose first scales overflow float32 gradients)
     is no step and no error: the parameters stay, the scale goes down, later updates go through."""
-    real = mt.train.batch_loss
-    monkeypatch.setattr(mt.train, "batch_loss", lambda m, b, eps: tuple(x * 1e6 for x in real(m, b, eps)))
+    real = mt.step.batch_loss
+    monkeypatch.setattr(mt.step, "batch_loss", lambda m, b, eps: tuple(x * 1e6 for x in real(m, b, eps)))
     model, pairs = _model_and_batches()
     before = copy.deepcopy(model.state_dict())
     optimizer, batch = torch.optim.SGD(model.parameters()), make_batch(*zip(*pairs))
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**127)
     stats = train_step(model, optimizer, [batch], TrainConfig(), lr=0.1, scaler=scaler)
     assert (stats.stepped, stats.overflow) == (False, True) and math.isfinite(stats.loss)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert scaler.get_scale() == 2.0 ** 126
+    assert scaler.get_scale() == 2.0**126
     again = train_step(model, optimizer, [batch], TrainConfig(), lr=0.1, scaler=scaler)
     while again.overflow:
         again = train_step(model, optimizer, [batch], TrainConfig(), lr=0.1, scaler=scaler)

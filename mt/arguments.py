@@ -1,0 +1,166 @@
+"""The command line's grammar: every `mt` command, its flags and their help, and parsing with
+argparse's errors on one line. mt.cli runs the command parsed; neither imports torch, so `mt --help`
+and `mt --version` are quick."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+
+from mt import __version__
+from mt.config import ServeLimits
+
+LIMIT_HELP = {
+    "max_request_bytes": "request body size",
+    "max_lines": "lines per request",
+    "max_line_chars": "characters per line",
+    "max_beam": "largest beam a request may ask for",
+    "max_queue": "requests waiting for the decoding thread",
+    "max_batch_lines": "lines the decoding thread merges into one call",
+    "max_wait_ms": "how long it waits for another request once the queue is empty (10x at most in all)",
+}
+
+
+def _serve_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 opens it to the network"
+    )
+    p.add_argument("--port", type=_at_least(0), default=8000, help="port to listen on")
+    group = p.add_argument_group("limits (a request over one gets a 413 or 422 naming it; a full queue, 503)")
+    for f in dataclasses.fields(ServeLimits):
+        group.add_argument(
+            "--" + f.name.replace("_", "-"),
+            type=_at_least(0, type(f.default)),
+            default=f.default,
+            metavar="N",
+            help=LIMIT_HELP[f.name],
+        )
+
+
+def _at_least(lo: float, kind: type = int):
+    def parse(text: str):
+        value = kind(text)
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"{text} is less than {lo:g}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def _run_options(p: argparse.ArgumentParser, decoding: bool = True, n_best: bool = False) -> None:
+    """--run, --checkpoint, --device and the decoding flags, shared by the commands that load a run."""
+    p.add_argument("--run", help="run directory (required)")
+    p.add_argument(
+        "--checkpoint",
+        default="best",
+        help="best (falls back to last.pt, with a warning, before the first validation), last, "
+        "averaged (see `mt average`), or a path",
+    )
+    p.add_argument(
+        "--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: a GPU if one is visible"
+    )
+    if not decoding:
+        return
+    group = p.add_argument_group("decoding (defaults: the run's decode config)")
+    group.add_argument("--beam", type=_at_least(1), help="beam size; 1 = greedy")
+    if n_best:
+        group.add_argument("--n-best", type=_at_least(1), help="hypotheses per line, Moses format (<= beam)")
+    group.add_argument(
+        "--length-penalty", type=_at_least(0.0, float), help="GNMT alpha; 0 = raw log-probability"
+    )
+    group.add_argument("--batch-tokens", type=_at_least(16), help="source tokens per decoding batch")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (the usage is one --help away), exit code 2 as before."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)}; see {self.prog} --help\n")
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default where it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False, []) or action.default is argparse.SUPPRESS:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+def _train_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="YAML config, e.g. configs/toy.yaml")
+    p.add_argument("--run-dir", help="output directory (default: runs/<config name>)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a config key"
+    )
+    p.add_argument(
+        "--force-new",
+        action="store_true",
+        help="start over in a run directory that holds a checkpoint (its files move to replaced-*/)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mt", description="Train and run Transformer translation models.")
+    parser.add_argument("--version", action="version", version=f"mt {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for user errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, description=text, formatter_class=_Help)
+
+    _train_options(command("train", "train a model from a YAML config (re-running it resumes)"))
+    p = command("translate", "translate lines, one output line per input line")
+    _run_options(p, n_best=True)
+    p.add_argument("--input", help="input file (default: stdin)")
+    p.add_argument("--output", help="output file (default: stdout)")
+    p = command("evaluate", "translate a split (or --src/--ref files) and score it with sacreBLEU")
+    _run_options(p)
+    p.add_argument("--split", default="test", choices=["test", "val"], help="the run's corpus split")
+    p.add_argument("--src", help="score this source file instead of a split (with --ref)")
+    p.add_argument("--ref", help="the reference translations of --src, line by line")
+    p = command("report", "compare runs: a Markdown table, significance tests, learning curves")
+    p.add_argument("runs", nargs="+", help="run directories; the first is the baseline")
+    p.add_argument("--out", default="runs/report.md", help="Markdown file; the plot goes beside it")
+    p.add_argument(
+        "--setting", default="test", help="which evaluation to compare: test, val, test-beam5, ..."
+    )
+    p = command("average", "average the last N kept checkpoints of a run (train.keep_last) into averaged.pt")
+    p.add_argument("--run", help="run directory (required)")
+    p.add_argument("--last", type=_at_least(1), default=5, help="how many of the newest ckpt-*.pt to average")
+    p = command(
+        "serve", "serve a run over HTTP: a JSON API with dynamic batching, and an attention explorer at /"
+    )
+    _run_options(p)
+    _serve_options(p)
+    p = command("attention", "plot cross-attention of the greedy translation of one sentence")
+    p.add_argument("sentence")
+    _run_options(p, decoding=False)
+    p.add_argument("--out", help="PNG file (default: RUN/attention.png)")
+    p.add_argument(
+        "--per-head", action="store_true", help="one panel per head instead of the mean over heads"
+    )
+    parser.commands = sub.choices  # name -> its parser, for `parse`
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Arguments, with an unknown option named first (and the closest real one), before anything missing."""
+    args, unknown = parser.parse_known_args(argv)
+    command = parser.commands[args.command]
+    if unknown:
+        options = [o for action in command._actions for o in action.option_strings]
+        close = difflib.get_close_matches(unknown[0].split("=")[0], options, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    if getattr(args, "run", "") is None:
+        command.error("the following arguments are required: --run")
+    return args
+
+
+def one_line(message: str) -> str:
+    """An error message as one printable line, whatever a damaged file put into it."""
+    flat = " ".join(message.split())
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in flat)

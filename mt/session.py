@@ -1,0 +1,259 @@
+"""Setting up a training run and finishing it: the `Session` the loop in mt.train works with (device,
+tokenizer, corpus, model, optimizer, counters, files), built by `setup` with every input checked
+before the first write to the run directory, and `finish`, which writes the card."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from mt import checkpoint, corpus, distributed, rundir
+from mt.card import code_version, config_section, hardware, update_card
+from mt.config import ConfigError, RunConfig
+from mt.batching import BatchStream
+from mt.corpus import Corpus
+from mt.data import load_split
+from mt.model import Seq2Seq, count_parameters
+from mt.records import Progress
+from mt.rundir import MetricsLog
+from mt.tokenizer import Tokenizer
+from mt.validation import Validation, make_validation
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Session:
+    """What the loop works with; `setup` builds it, `train` runs it."""
+
+    cfg: RunConfig
+    run_dir: Path
+    ranks: distributed.Ranks
+    device: torch.device
+    tokenizer: Tokenizer
+    model: Seq2Seq  # the plain module: validation and checkpoints
+    ddp: torch.nn.Module  # what train_step runs: the model, or its DDP wrapper under torchrun
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    progress: Progress
+    stream: BatchStream
+    val: Validation | None  # rank 0 only
+    metrics: MetricsLog | None  # rank 0 only
+
+
+def start_device(cfg: RunConfig, ranks: distributed.Ranks) -> torch.device:
+    """Seed, threads, and this rank's device (joining the process group under torchrun)."""
+    random.seed(cfg.train.seed)
+    torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    if cfg.train.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device: cuda requested but no GPU is visible; use auto or cpu")
+    device = distributed.start(ranks, cfg.train.device, cfg.train.dist_backend)
+    if cfg.train.precision in ("fp16", "tf32") and device.type != "cuda":
+        raise ConfigError(
+            f"train.precision: {cfg.train.precision} needs a CUDA device; use bf16 or fp32 on CPU"
+        )
+    distributed.set_precision(device, cfg.train.precision)
+    return device
+
+
+def joint_bpe(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[Tokenizer, int | None]:
+    """Learned once, on rank 0, so that every rank has the very same pieces; and the pair count."""
+    tokenizer, pairs = corpus.learn_tokenizer(cfg) if ranks.main else (None, None)
+    return Tokenizer(distributed.from_main(tokenizer.proto if tokenizer else None, ranks)), pairs
+
+
+def training_corpus(
+    cfg: RunConfig, tokenizer: Tokenizer, pairs: int | None, ranks: distributed.Ranks
+) -> Corpus:
+    """Binarized (or checked) on rank 0, then memory-mapped by every rank: one copy in the page cache."""
+    folder = corpus.prepare(cfg.data, tokenizer, pairs) if ranks.main else None
+    return Corpus.load(Path(distributed.from_main(str(folder) if folder else None, ranks)))
+
+
+def best_so_far(p: Progress) -> str:
+    return (
+        f"best val BLEU {p.best_bleu:.2f} at step {p.best_step}"
+        if p.validated_step >= 0
+        else "no validation yet"
+    )
+
+
+def setup(
+    cfg: RunConfig,
+    run_dir: Path,
+    force_new: bool,
+    resumed: tuple | None,
+    ranks: distributed.Ranks,
+    cleanup: contextlib.ExitStack,
+) -> Session:
+    """Build everything the loop needs, starting fresh or from `resumed` (rundir.resume_checkpoint).
+    Every check on user input runs before the first write to run_dir (rundir.open_run_dir); `cleanup`
+    closes the files."""
+    start_log = cleanup.enter_context(rundir.run_log(logging.getLogger("mt"), ranks.main))
+    log.info("run directory %s", run_dir)
+    device = start_device(cfg, ranks)
+    val_lines = load_split(cfg.data, "val") if ranks.main else None
+    tokenizer, pairs = (resumed[1], None) if resumed else joint_bpe(cfg, ranks)
+    train_pairs = training_corpus(cfg, tokenizer, pairs, ranks)
+    val = make_validation(*val_lines, tokenizer, cfg.train.max_tokens) if ranks.main else None
+    model, optimizer, scaler, progress = learner(cfg, tokenizer.vocab_size, device, resumed, ranks)
+    metrics = None
+    if ranks.main:  # the first write: the lock, then the run's files
+        cleanup.enter_context(rundir.locked(run_dir))
+        metrics = rundir.open_run_dir(
+            run_dir, cfg, tokenizer, progress.step if resumed else None, force_new, start_log
+        )
+        cleanup.callback(metrics.close)
+    log_start(cfg, run_dir, progress if resumed else None, model, device, ranks)
+    # DDP wraps the model for training steps only; validation and saving use the plain module
+    ddp = DistributedDataParallel(model, broadcast_buffers=False) if ranks.enabled else model
+    return Session(
+        cfg,
+        run_dir,
+        ranks,
+        device,
+        tokenizer,
+        model,
+        ddp,
+        optimizer,
+        scaler,
+        progress,
+        BatchStream(train_pairs, cfg.train.max_tokens, cfg.train.seed, pin_memory=device.type == "cuda"),
+        val,
+        metrics,
+    )
+
+
+def log_start(
+    cfg: RunConfig,
+    run_dir: Path,
+    resumed: Progress | None,
+    model: Seq2Seq,
+    device: torch.device,
+    ranks: distributed.Ranks,
+) -> None:
+    """The run's opening lines: where it resumes from, and what trains on what."""
+    if resumed:
+        log.info(
+            "resuming %s/last.pt: step %d, epoch %d (batch %d), %s",
+            run_dir,
+            resumed.step,
+            resumed.epoch,
+            resumed.batch_index,
+            best_so_far(resumed),
+        )
+    log.info(
+        "model: %d parameters; device %s; precision %s; threads %d; processes %d",
+        count_parameters(model),
+        device,
+        cfg.train.precision,
+        torch.get_num_threads(),
+        ranks.world,
+    )
+
+
+def learner(
+    cfg: RunConfig, vocab_size: int, device: torch.device, resumed: tuple | None, ranks: distributed.Ranks
+) -> tuple[Seq2Seq, torch.optim.Optimizer, torch.amp.GradScaler, Progress]:
+    """The model, Adam, the fp16 grad scaler and the counters: new, or restored from `resumed`."""
+    model = Seq2Seq(cfg.model, vocab_size).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    scaler = torch.amp.GradScaler("cuda", enabled=cfg.train.precision == "fp16")
+    if resumed:
+        return (
+            model,
+            optimizer,
+            scaler,
+            rundir.restore(resumed[0], model, optimizer, scaler, ranks.rank, device),
+        )
+    if ranks.enabled:
+        torch.manual_seed(cfg.train.seed + 1000 * ranks.rank)  # different dropout masks per rank
+    return model, optimizer, scaler, Progress()
+
+
+def save(s: Session, name: str) -> None:
+    """Every rank calls this (its RNG state goes in); rank 0 writes."""
+    rng = distributed.gather(checkpoint.rng_state(s.device), s.ranks)  # one per rank
+    if s.ranks.main:
+        checkpoint.save_checkpoint(
+            s.run_dir / name, s.cfg, s.model, s.tokenizer, s.optimizer, s.scaler, s.progress, rng
+        )
+
+
+def write_metrics(s: Session, record: dict) -> None:
+    if s.metrics is not None:
+        s.metrics.write(record)
+
+
+def finish(s: Session, stop: str, interrupted: str) -> dict:
+    """Log the outcome, write the card (rank 0); returns the run's summary."""
+    p = s.progress
+    if interrupted:
+        log.info(
+            "%s at step %d: saved %s/last.pt; run the same command again to resume",
+            interrupted,
+            p.step,
+            s.run_dir,
+        )
+    else:
+        log.info(
+            "stopped at step %d (epoch %d): %s; %s; %.0fs wall, %.0fs in updates",
+            p.step,
+            p.epoch,
+            stop,
+            best_so_far(p),
+            p.elapsed_s,
+            p.train_seconds,
+        )
+    if s.ranks.main and s.cfg.train.average_last and not interrupted:
+        checkpoint.write_average(s.run_dir, s.cfg.train.average_last)
+    if s.ranks.main:
+        t, speed = s.cfg.train, round(p.tokens / max(p.train_seconds, 1e-9), 1)
+        training = {
+            "steps": p.step,
+            "epochs": p.epoch,
+            "wall_s": round(p.elapsed_s, 1),
+            "train_s": round(p.train_seconds, 1),
+            "tokens_per_s": speed,
+            "best_step": p.best_step,
+            "best_metric": t.best_metric,
+            "best_val_bleu": p.best_bleu,
+            "best_val_chrf": p.best_chrf,
+            "best_val_loss": p.best_loss if p.validated_step >= 0 else None,
+            "valid_beam": t.valid_beam,
+            "nonfinite_skipped": p.nonfinite_total,
+            "fp16_overflows": p.scaler_skips,
+            "stopped": interrupted or stop,
+        }
+        update_card(
+            s.run_dir,
+            config=config_section(s.cfg),
+            parameters=count_parameters(s.model),
+            precision=s.cfg.train.precision,
+            code=code_version(),
+            hardware=hardware(s.device, s.ranks.world),
+            training=training,
+        )
+    return summary(p, stop, interrupted)
+
+
+def summary(p: Progress, stop: str, interrupted: str = "") -> dict:
+    """What `train` returns: the counters a caller reports, and why it stopped."""
+    return {
+        "step": p.step,
+        "epoch": p.epoch,
+        "best_bleu": p.best_bleu,
+        "best_step": p.best_step,
+        "train_seconds": p.train_seconds,
+        "elapsed_s": p.elapsed_s,
+        "interrupted": interrupted,
+        "stopped": stop,
+    }

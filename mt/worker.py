@@ -1,0 +1,140 @@
+"""The decoding thread of `mt serve`: the one thread that runs the model. It takes the queued jobs,
+merges those with the same decoding options into one `translate_nbest` call (attention jobs are never
+merged) and hands each job its own lines' results. Needs no web framework: mt.serve puts HTTP around it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import queue
+import threading
+import time
+
+import torch
+
+from mt.config import DecodeConfig, RunConfig, ServeLimits
+from mt.evaluate import attention_json, attention_maps
+from mt.model import Seq2Seq
+from mt.tokenizer import Tokenizer
+from mt.translate import translate_nbest
+
+log = logging.getLogger(__name__)
+
+
+class Overloaded(Exception):  # the queue is full or the decoding thread has stopped: 503
+    pass
+
+
+@dataclasses.dataclass
+class Job:
+    kind: str  # "translate" or "attention" (of lines[index], in a batch of all)
+    lines: list[str]
+    decode: DecodeConfig
+    index: int = 0
+    future: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
+
+
+class Worker:
+    """The one thread that runs the model: takes queued jobs, merges the ones it can, answers each.
+
+    `mt serve` runs it in the main thread (`run`), which also loaded the model: torch's CPU thread
+    pool then serves one thread only (decoding in a second thread beside a main thread that has used
+    torch measured about half as fast here). Tests start it in a thread of its own (`start`)."""
+
+    def __init__(
+        self, model: Seq2Seq, tokenizer: Tokenizer, cfg: RunConfig, device: torch.device, limits: ServeLimits
+    ):
+        self.model, self.tokenizer, self.cfg, self.device, self.limits = model, tokenizer, cfg, device, limits
+        # unbounded: `submit` keeps to max_queue, `stop` never waits
+        self.queue: queue.Queue[Job | None] = queue.Queue()
+        self.running = threading.Event()
+        self.batches = 0  # decoding calls made, for /health
+
+    def start(self) -> None:  # running at once: a request may come before the thread gets going
+        self.running.set()
+        threading.Thread(target=self.run, name="mt-decoder", daemon=True).start()
+
+    def stop(self) -> None:
+        """Ask `run` to return after the round it is in (returns at once)."""
+        if self.running.is_set():
+            self.queue.put(None)
+
+    def submit(self, job: Job) -> concurrent.futures.Future:
+        if not self.running.is_set():
+            raise Overloaded("the decoding thread has stopped; restart mt serve")
+        if self.queue.qsize() >= self.limits.max_queue:  # one event loop submits: no race with another put
+            raise Overloaded(
+                f"the queue is full ({self.limits.max_queue} requests waiting, mt serve "
+                f"--max-queue); retry later"
+            )
+        self.queue.put(job)
+        return job.future
+
+    def compute(self, kind: str, lines: list[str], decode: DecodeConfig, index: int = 0) -> list:
+        if kind == "attention":  # [line index's], as JSON here: torch stays in this thread
+            found = attention_maps(self.model, self.tokenizer, lines, decode, self.device)
+            return [attention_json(found[index], self.model.cfg.n_heads)]
+        return translate_nbest(
+            self.model, self.tokenizer, lines, decode, self.device, max_source_pieces=self.cfg.data.max_len
+        )
+
+    def _take(self) -> list[Job] | None:
+        """The jobs of the next round, up to max_batch_lines: all waiting ones, and those that come
+        less than max_wait_ms apart (10 * max_wait_ms at most in all); None to stop.
+
+        Waiting for a gap rather than a fixed time lets requests that answered clients send at once
+        join the round while the event loop is still taking them in. (Waiting longer, for as many as
+        the last round answered, made fuller rounds but no more sentences/s: the decoder idled.)"""
+        first = self.queue.get()
+        if first is None:
+            return None
+        jobs, n = [first], len(first.lines)
+        gap = self.limits.max_wait_ms / 1000
+        last_call = time.monotonic() + 10 * gap
+        while n < self.limits.max_batch_lines:
+            try:
+                job = self.queue.get(timeout=max(min(gap, last_call - time.monotonic()), 0))
+            except queue.Empty:
+                break
+            if job is None:
+                self.queue.put(None)  # stop after this round
+                break
+            jobs.append(job)
+            n += len(job.lines)
+        # a request whose client went away was cancelled: skip it; the others can no longer be cancelled
+        return [job for job in jobs if job.future.set_running_or_notify_cancel()]
+
+    def run(self) -> None:
+        """Decode until `stop`."""
+        self.running.set()
+        try:
+            while (jobs := self._take()) is not None:
+                groups: dict[tuple, list[Job]] = {}
+                for job in jobs:  # attention batches are what the page shows: never merged
+                    key = (job.kind, job.decode) if job.kind == "translate" else (id(job),)
+                    groups.setdefault(key, []).append(job)
+                for group in groups.values():
+                    self._answer(group)
+        finally:
+            self.running.clear()
+            while not self.queue.empty():  # nobody will decode these: answer them, not leave them hanging
+                job = self.queue.get()
+                if job is not None and job.future.set_running_or_notify_cancel():
+                    job.future.set_exception(Overloaded("mt serve is stopping"))
+
+    def _answer(self, group: list[Job]) -> None:
+        try:
+            lines = [line for job in group for line in job.lines]
+            results = self.compute(group[0].kind, lines, group[0].decode, group[0].index)
+            self.batches += 1
+        except Exception as e:  # a bug: each waiting request gets a 500, the server goes on
+            log.exception("decoding failed")
+            for job in group:
+                job.future.set_exception(e)
+            return
+        start = 0
+        for job in group:
+            job.future.set_result(results[start : start + len(job.lines)])
+            start += len(job.lines)
