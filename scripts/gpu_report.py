@@ -33,20 +33,15 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # mt from this checkout, installed or not (the GPU machine)
+
+from mt.toy import TINY_MODEL  # noqa: E402 - after the path; mt.toy imports no torch
+
 PARTS = ["env", "gpu-tests", "bench", "train", "resume", "cpu-suite"]
 PRECISIONS = ["fp32", "tf32", "bf16", "fp16"]
 CONFIGS = ["configs/multi30k.yaml", "configs/multi30k-gpu.yaml"]
 TINY_CONFIG = "configs/toy.yaml"
-TINY = [
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.layers=1",
-    "tokenizer.vocab_size=200",
-    "train.max_tokens=400",
-    "train.log_every=2",
-    "train.valid_every=10",
-    "train.threads=1",
-]
+TINY = TINY_MODEL + ["train.log_every=2", "train.valid_every=10"]
 
 
 class Kit:

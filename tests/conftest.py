@@ -10,24 +10,13 @@ from mt.batching import BatchStream
 from mt.corpus import Corpus
 from mt.model import Seq2Seq
 from mt.tokenizer import train_tokenizer
-from mt.toy import toy_corpus
+from mt.toy import TINY_MODEL, toy_corpus
 from mt.step import inverse_sqrt_lr, train_step
 
 # A tiny model on the small corpus (400 toy pairs), on one thread of the CPU (also where a GPU is
 # visible: tests/test_gpu.py chooses CUDA itself): every training test starts from this list and adds
 # what it is about. With max_tokens 400 an epoch is about 30 batches.
-TINY = [
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.layers=1",
-    "tokenizer.vocab_size=200",
-    "train.max_tokens=400",
-    "train.threads=1",
-    "train.device=cpu",
-    "train.log_every=2",
-    "train.valid_every=4",
-    "data.corpus=files",
-]
+TINY = TINY_MODEL + ["train.device=cpu", "train.log_every=2", "train.valid_every=4", "data.corpus=files"]
 
 
 def pytest_addoption(parser):
