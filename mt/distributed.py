@@ -1,5 +1,6 @@
-"""Where a process runs: its device, and under torchrun who it is, the process group, and the few
-collectives the training loop needs; and how it is asked to stop (Ctrl-C, SIGTERM).
+"""Where a process runs: its device and the precision it computes in (autocast, TF32); under torchrun
+who it is, the process group, and the few collectives the training loop needs; and how it is asked
+to stop (Ctrl-C, SIGTERM).
 
 `torchrun --nproc_per_node N -m mt train CONFIG` starts N copies of `mt train`; torchrun's RANK,
 WORLD_SIZE and LOCAL_RANK tell each which it is. Without torchrun, WORLD_SIZE is absent and every
@@ -72,6 +73,14 @@ def native_precisions(device: torch.device) -> list[str]:
         for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     )
     return ["fp32", "bf16"] if native_bf16 else ["fp32"]
+
+
+def autocast(device: torch.device, precision: str):
+    """The forward pass's autocast context for train.precision (fp32 and tf32: none)."""
+    if precision in ("fp32", "tf32"):
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype)
 
 
 def set_precision(device: torch.device, precision: str) -> None:

@@ -1,11 +1,10 @@
 """The training objective: label-smoothed cross entropy over non-pad target tokens (its gradient
 written out by hand: the loss is the largest single cost of a CPU training step at V = 8000), and the
-teacher-forced loss of a batch under train.precision's autocast.
+teacher-forced loss of a batch.
 """
 
 from __future__ import annotations
 
-import contextlib
 
 import torch
 from torch import Tensor
@@ -56,14 +55,6 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float) -> tuple
     if loss.is_cuda:  # boolean indexing would wait for the GPU to count the rows: mask instead
         return loss.masked_fill(~real, 0.0).sum(), nll.masked_fill(~real, 0.0).sum()
     return loss[real].sum(), nll[real].sum()  # on CPU, the summation order mt's figures were measured with
-
-
-def autocast(device: torch.device, precision: str):
-    """The forward pass's autocast context for train.precision (fp32: none)."""
-    if precision in ("fp32", "tf32"):
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
 
 
 def batch_loss(model: torch.nn.Module, batch: Batch, epsilon: float) -> tuple[Tensor, Tensor]:

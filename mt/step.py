@@ -13,7 +13,8 @@ from torch.nn.parallel import DistributedDataParallel
 from mt import distributed
 from mt.config import TrainConfig
 from mt.data import Batch
-from mt.loss import autocast, batch_loss
+from mt.distributed import autocast
+from mt.loss import batch_loss
 
 
 def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:

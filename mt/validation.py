@@ -12,7 +12,8 @@ import torch
 
 from mt.config import DecodeConfig, RunConfig
 from mt.data import Batch, make_batch, token_batches
-from mt.loss import autocast, batch_loss
+from mt.distributed import autocast
+from mt.loss import batch_loss
 from mt.model import Seq2Seq
 from mt.tokenizer import Tokenizer
 from mt.translate import score, translate_lines
