@@ -9,7 +9,7 @@ tokenizer, with a meta.json of their sizes and sha256 written last; a later star
 torchrun rank) checks and memory-maps them, so the page cache holds one copy. A stale or damaged
 folder is rebuilt, never trusted.
 
-`Corpus.batch` pads the pairs of one batch; mt.batching plans which pairs go together.
+`load` memory-maps them as `batching.Pairs`, which mt.batching plans into batches and pads.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -30,9 +29,10 @@ from torch import Tensor
 from tqdm import tqdm
 
 from mt.config import DataConfig, DataError, RunConfig
-from mt.data import Batch, TextSource, count_lines, downloads_dir, source_lines, training_sources
+from mt.batching import Pairs
+from mt.data import TextSource, count_lines, downloads_dir, source_lines, training_sources
 from mt.files import write_text
-from mt.tokenizer import BOS, EOS, PAD, Tokenizer, train_tokenizer
+from mt.tokenizer import Tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -252,68 +252,18 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None) -> 
 # ---- the corpus in memory ------------------------------------------------------------------------------
 
 
-@dataclass
-class Corpus:
-    """Token ids of the kept pairs, flat per side, with per-pair lengths and start offsets."""
+def load(folder: Path) -> Pairs:
+    """Memory-map the pairs of a folder that `prepare` made (checked there)."""
+    meta = json.loads((folder / "meta.json").read_text())
+    dtypes = {str(t): t for t in _TYPECODE}
 
-    src: Tensor  # (source tokens,) uint16 or int32, memory-mapped when loaded
-    tgt: Tensor  # (target tokens,)
-    src_len: Tensor  # (P,) pieces per sentence, without bos/eos
-    tgt_len: Tensor  # (P,)
-    src_start: Tensor  # (P,) int64 offset of each sentence in `src`
-    tgt_start: Tensor  # (P,)
+    def mapped(name: str, dtype: str) -> Tensor:
+        size = meta["files"][name]["bytes"] // dtypes[dtype].itemsize
+        return torch.from_file(str(folder / name), shared=False, size=size, dtype=dtypes[dtype])
 
-    @staticmethod
-    def _of(src: Tensor, tgt: Tensor, src_len: Tensor, tgt_len: Tensor) -> Corpus:
-        starts = [torch.cumsum(n.long(), 0) - n.long() for n in (src_len, tgt_len)]
-        return Corpus(src, tgt, src_len, tgt_len, *starts)
-
-    @staticmethod
-    def from_ids(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Corpus:
-        """An in-memory corpus of id lists (tests, benchmarks); no pair is dropped."""
-        flat = [torch.tensor([i for s in side for i in s], dtype=torch.int32) for side in (src_ids, tgt_ids)]
-        lengths = [torch.tensor([len(s) for s in side], dtype=torch.int32) for side in (src_ids, tgt_ids)]
-        return Corpus._of(*flat, *lengths)
-
-    @staticmethod
-    def load(folder: Path) -> Corpus:
-        """Memory-map a folder that `prepare` made."""
-        meta = json.loads((folder / "meta.json").read_text())
-        dtypes = {str(t): t for t in _TYPECODE}
-
-        def mapped(name: str, dtype: str) -> Tensor:
-            size = meta["files"][name]["bytes"] // dtypes[dtype].itemsize
-            return torch.from_file(str(folder / name), shared=False, size=size, dtype=dtypes[dtype])
-
-        return Corpus._of(
-            mapped("src.ids", meta["ids_dtype"]),
-            mapped("tgt.ids", meta["ids_dtype"]),
-            mapped("src.len", meta["len_dtype"]),
-            mapped("tgt.len", meta["len_dtype"]),
-        )
-
-    def __len__(self) -> int:
-        return self.src_len.numel()
-
-    def batch(self, rows: Tensor) -> Batch:
-        """The padded batch of pairs `rows` (B,), in that order: what `data.make_batch` makes of their ids."""
-        src, src_mask = _padded(self.src, self.src_start[rows], self.src_len[rows].long(), None, EOS)
-        tgt_in, tgt_mask = _padded(self.tgt, self.tgt_start[rows], self.tgt_len[rows].long(), BOS, None)
-        tgt_out, _ = _padded(self.tgt, self.tgt_start[rows], self.tgt_len[rows].long(), None, EOS)
-        return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask, int(tgt_mask.sum()))
-
-
-def _padded(
-    ids: Tensor, starts: Tensor, lengths: Tensor, first: int | None, last: int | None
-) -> tuple[Tensor, Tensor]:
-    """Rows [first] + ids[start: start + length] + [last], right-padded: (ids (B, L), mask (B, L))."""
-    shift = int(first is not None)
-    position = torch.arange(int(lengths.max()) + 1)  # (L,)
-    inside = (position >= shift) & (position < lengths[:, None] + shift)  # (B, L)
-    offsets = (starts[:, None] + position - shift).clamp(0, max(ids.numel() - 1, 0))  # (B, L)
-    out = torch.where(inside, ids[offsets].long(), PAD)
-    if first is not None:
-        out[:, 0] = first
-    if last is not None:
-        out[torch.arange(out.size(0)), lengths] = last
-    return out, out != PAD
+    return Pairs.of(
+        mapped("src.ids", meta["ids_dtype"]),
+        mapped("tgt.ids", meta["ids_dtype"]),
+        mapped("src.len", meta["len_dtype"]),
+        mapped("tgt.len", meta["len_dtype"]),
+    )

@@ -13,20 +13,15 @@ import hashlib
 import json
 import logging
 import os
-import random
 import re
 import urllib.request
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Union
 
-import torch
-from torch import Tensor
 
 from mt.config import DataConfig, DataError
 from mt.files import write_bytes
-from mt.tokenizer import BOS, EOS, PAD
 from mt.toy import toy_corpus
 
 log = logging.getLogger(__name__)
@@ -235,117 +230,3 @@ def load_split(cfg: DataConfig, split: str) -> tuple[list[str], list[str]]:
     """(source lines, target lines) of `split` in train|val|test, normalised and line-aligned."""
     src, tgt = split_sources(cfg, split)
     return (src, tgt) if cfg.corpus == "toy" else read_parallel(src, tgt)
-
-
-def drop_long_pairs(
-    src_ids: list[list[int]], tgt_ids: list[list[int]], max_len: int
-) -> tuple[list[list[int]], list[list[int]]]:
-    """Keep pairs with 1..max_len pieces on both sides; log how many were dropped."""
-    keep = [
-        i for i, (s, t) in enumerate(zip(src_ids, tgt_ids)) if 0 < len(s) <= max_len and 0 < len(t) <= max_len
-    ]
-    dropped = len(src_ids) - len(keep)
-    if not keep:
-        raise DataError(
-            f"no training pairs left: all {dropped} are empty or longer than data.max_len={max_len} "
-            f"pieces; raise data.max_len"
-        )
-    log.info(
-        "kept %d training pairs, dropped %d (empty or longer than %d pieces)", len(keep), dropped, max_len
-    )
-    return [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
-
-
-@dataclass
-class Batch:
-    """A padded batch. Masks: True = real token."""
-
-    src: Tensor  # (B, S) source ids + eos
-    src_mask: Tensor  # (B, S) bool
-    tgt_in: Tensor  # (B, T) bos + target ids
-    tgt_out: Tensor  # (B, T) target ids + eos
-    tgt_mask: Tensor  # (B, T) bool, real positions of tgt_in (= of tgt_out)
-    ntokens: int  # non-pad tokens in tgt_out
-
-    def to(self, device: torch.device | str) -> Batch:
-        """A copy on `device`; from pinned memory (see `pin_memory`) the copy to a GPU is asynchronous."""
-        move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
-        return Batch(
-            move(self.src),
-            move(self.src_mask),
-            move(self.tgt_in),
-            move(self.tgt_out),
-            move(self.tgt_mask),
-            self.ntokens,
-        )
-
-    def pin_memory(self) -> Batch:
-        pin = lambda t: t.pin_memory()  # noqa: E731
-        return Batch(
-            pin(self.src),
-            pin(self.src_mask),
-            pin(self.tgt_in),
-            pin(self.tgt_out),
-            pin(self.tgt_mask),
-            self.ntokens,
-        )
-
-
-def pad(seqs: list[list[int]]) -> tuple[Tensor, Tensor]:
-    """Right-pad id lists -> (ids (B, L), mask (B, L)) with mask True on real tokens."""
-    ids = torch.full((len(seqs), max(len(s) for s in seqs)), PAD, dtype=torch.long)
-    for row, s in enumerate(seqs):
-        ids[row, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return ids, ids != PAD
-
-
-def source_batch(src_ids: list[list[int]]) -> tuple[Tensor, Tensor]:
-    """Source id lists -> (src (B, S), src_mask (B, S)); eos closes every source."""
-    return pad([s + [EOS] for s in src_ids])
-
-
-def make_batch(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
-    src, src_mask = source_batch(src_ids)
-    tgt_in, tgt_mask = pad([[BOS] + t for t in tgt_ids])
-    tgt_out, _ = pad([t + [EOS] for t in tgt_ids])
-    return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask, int(tgt_mask.sum()))
-
-
-def token_batches(
-    src_lens: list[int], tgt_lens: list[int], max_tokens: int, rng: random.Random | None = None
-) -> list[list[int]]:
-    """Group sentence indices into batches of similar length.
-
-    A batch's cost is sentences x longest side (source or target, padding included), as in fairseq's
-    --max-tokens; it stays <= max_tokens unless one sentence alone exceeds it. With `rng`, ties in
-    length are broken randomly and the batch order is shuffled (a new grouping every epoch).
-    """
-    ties = [rng.random() for _ in src_lens] if rng else [0.0] * len(src_lens)
-    # grouping by the longer side first matches the cost and keeps padding under 5% on Multi30k
-    order = sorted(
-        range(len(src_lens)), key=lambda i: (max(src_lens[i], tgt_lens[i]), src_lens[i], tgt_lens[i], ties[i])
-    )
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i in order:
-        length = max(src_lens[i], tgt_lens[i])
-        if current and max(longest, length) * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, length)
-    if current:
-        batches.append(current)
-    if rng:
-        rng.shuffle(batches)
-    return batches
-
-
-def epoch_batches(
-    src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens: int, seed: int, epoch: int
-) -> list[Batch]:
-    """The training batches of one epoch; the same (seed, epoch) always gives the same batches."""
-    rng = random.Random(seed * 100_003 + epoch)
-    groups = token_batches([len(s) + 1 for s in src_ids], [len(t) + 1 for t in tgt_ids], max_tokens, rng)
-    return [make_batch([src_ids[i] for i in g], [tgt_ids[i] for i in g]) for g in groups]

@@ -16,7 +16,8 @@ from torch import Tensor
 
 from mt.card import code_version, config_section, hardware, read_card, result_key, update_card
 from mt.config import DecodeConfig, RunConfig
-from mt.data import load_split, make_batch, normalize, read_parallel, source_batch
+from mt.data import load_split, normalize, read_parallel
+from mt.batching import make_batch, source_batch
 from mt.decode import search
 from mt.distributed import resolve_device
 from mt.files import write_text

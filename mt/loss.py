@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mt.data import Batch
+from mt.batching import Batch
 from mt.tokenizer import PAD
 
 

@@ -16,8 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 from mt import checkpoint, corpus, distributed, rundir
 from mt.card import code_version, config_section, hardware, update_card
 from mt.config import ConfigError, RunConfig
-from mt.batching import BatchStream
-from mt.corpus import Corpus
+from mt.batching import BatchStream, Pairs
 from mt.data import load_split
 from mt.model import Seq2Seq, count_parameters
 from mt.records import Progress
@@ -72,10 +71,10 @@ def joint_bpe(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[Tokenizer, int 
 
 def training_corpus(
     cfg: RunConfig, tokenizer: Tokenizer, pairs: int | None, ranks: distributed.Ranks
-) -> Corpus:
+) -> Pairs:
     """Binarized (or checked) on rank 0, then memory-mapped by every rank: one copy in the page cache."""
     folder = corpus.prepare(cfg.data, tokenizer, pairs) if ranks.main else None
-    return Corpus.load(Path(distributed.from_main(str(folder) if folder else None, ranks)))
+    return corpus.load(Path(distributed.from_main(str(folder) if folder else None, ranks)))
 
 
 def best_so_far(p: Progress) -> str:

@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mt import distributed
 from mt.config import TrainConfig
-from mt.data import Batch
+from mt.batching import Batch
 from mt.distributed import autocast
 from mt.loss import batch_loss
 

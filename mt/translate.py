@@ -15,7 +15,8 @@ import torch
 from sacrebleu.metrics import BLEU, CHRF
 
 from mt.config import DecodeConfig
-from mt.data import normalize, source_batch, token_batches
+from mt.data import normalize
+from mt.batching import source_batch, token_batches
 from mt.decode import Hypothesis, search
 from mt.model import Seq2Seq
 from mt.tokenizer import Tokenizer

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from mt.config import DecodeConfig, RunConfig
-from mt.data import Batch, make_batch, token_batches
+from mt.batching import Batch, make_batch, token_batches
 from mt.distributed import autocast
 from mt.loss import batch_loss
 from mt.model import Seq2Seq

@@ -17,11 +17,11 @@ from dataclasses import replace
 
 import torch
 
+from mt import corpus
+from mt.batching import epoch_plan
 from mt.config import load_config
-from mt.data import drop_long_pairs, epoch_batches, load_split
 from mt.distributed import native_precisions, resolve_device, set_precision
 from mt.model import Seq2Seq
-from mt.tokenizer import train_tokenizer
 from mt.step import inverse_sqrt_lr, train_step
 
 
@@ -88,12 +88,13 @@ def main() -> None:
     cfg = load_config(args.config, args.set)
     device = resolve_device(args.device)
     print(json.dumps({"device": str(device), "native_precisions": native_precisions(device)}), flush=True)
-    src, tgt = load_split(cfg.data, "train")
-    tokenizer = train_tokenizer(src + tgt, cfg.tokenizer.vocab_size, cfg.tokenizer.character_coverage)
-    src_ids, tgt_ids = drop_long_pairs(tokenizer.encode(src), tokenizer.encode(tgt), cfg.data.max_len)
-    epoch = epoch_batches(src_ids, tgt_ids, cfg.train.max_tokens, cfg.train.seed, 1)
-    epoch_tokens = sum(b.ntokens + int(b.src_mask.sum()) for b in epoch)
-    batches = epoch[: args.steps + args.warmup]
+    tokenizer, pairs = corpus.learn_tokenizer(cfg)  # what `mt train` does: BPE, binarized pairs, epoch 1
+    train_pairs = corpus.load(corpus.prepare(cfg.data, tokenizer, pairs))
+    plan = epoch_plan(train_pairs.src_len, train_pairs.tgt_len, cfg.train.max_tokens, cfg.train.seed, 1)
+    epoch_tokens = int(train_pairs.src_len.sum() + train_pairs.tgt_len.sum()) + 2 * len(
+        train_pairs
+    )  # eos/bos
+    batches = [train_pairs.batch(plan.rows(j)) for j in range(min(args.steps + args.warmup, len(plan)))]
     for precision in args.precisions:
         result = measure(cfg, batches, tokenizer.vocab_size, precision, args.warmup, device)
         print(
@@ -103,7 +104,7 @@ def main() -> None:
                     "threads": torch.get_num_threads(),
                     "device": str(device),
                     **result,
-                    "epoch_updates": len(epoch),
+                    "epoch_updates": len(plan),
                     "seconds_per_epoch": round(epoch_tokens / result["tokens_per_s"], 1),
                 }
             ),

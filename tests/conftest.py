@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from mt.config import ModelConfig, TrainConfig
-from mt.batching import BatchStream
-from mt.corpus import Corpus
+from mt.batching import BatchStream, Pairs
 from mt.model import Seq2Seq
 from mt.tokenizer import train_tokenizer
 from mt.toy import TINY_MODEL, toy_corpus
@@ -96,7 +95,7 @@ def trained_model(tokenizer, toy):
     optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
     src, tgt = toy["train"]
     stream = BatchStream(
-        Corpus.from_ids(tokenizer.encode(src[:2000]), tokenizer.encode(tgt[:2000])), 1024, seed=0
+        Pairs.from_ids(tokenizer.encode(src[:2000]), tokenizer.encode(tgt[:2000])), 1024, seed=0
     )
     epoch = index = 0
     for step in range(1, 301):

@@ -267,7 +267,7 @@ def multi30k_manifest(ws: Workspace, data: bytes) -> Outcome:
 def binarized_cache(ws: Workspace, data: bytes) -> Outcome:
     """The binarized training corpus's cache with a damaged meta.json: checked, and rebuilt if need be."""
     from mt.config import load_config
-    from mt.corpus import Corpus, prepare
+    from mt.corpus import load, prepare
     from mt.tokenizer import load_tokenizer
 
     _, tmp = ws.fresh()
@@ -277,7 +277,7 @@ def binarized_cache(ws: Workspace, data: bytes) -> Outcome:
     try:
         folder = prepare(cfg, tokenizer)
         (folder / "meta.json").write_bytes(data)
-        return run_reader(lambda: len(Corpus.load(prepare(cfg, tokenizer))) or 1 / 0)  # never empty
+        return run_reader(lambda: len(load(prepare(cfg, tokenizer))) or 1 / 0)  # never empty
     finally:
         if old is None:
             del os.environ["MT_CACHE_DIR"]

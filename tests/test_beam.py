@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import TEXT_MODEL
-from mt.data import source_batch
+from mt.batching import source_batch
 from mt.decode import beam_search, greedy_decode, length_penalty
 from mt.model import Seq2Seq
 from mt.tokenizer import BOS, EOS

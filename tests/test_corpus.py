@@ -1,17 +1,15 @@
-"""The binarized training corpus: ids round-trip to text, a damaged or stale cache is rebuilt, the
-tokenizer's sample is seeded, and lazily made batches are exactly the list-built ones."""
+"""The binarized training corpus: ids round-trip to text, the drop rule for empty and long pairs, a
+damaged or stale cache is rebuilt, the tokenizer's sample is seeded."""
 
 import logging
-import random
 
 import pytest
 import torch
 
-from mt import batching, corpus
+from mt import corpus
 from mt.config import DataConfig, DataError
-from mt.batching import batch_sizes, epoch_plan
-from mt.corpus import Corpus, tokenizer_sample
-from mt.data import drop_long_pairs, epoch_batches, load_split, make_batch, token_batches
+from mt.corpus import tokenizer_sample
+from mt.data import load_split
 
 
 @pytest.fixture
@@ -22,42 +20,15 @@ def files(small_corpus, tmp_path):
     return DataConfig(corpus="files", dir=str(tmp_path), max_len=12)
 
 
-def test_epoch_plan_is_token_batches_with_the_same_draws():
-    rng = random.Random(0)
-    for trial in range(20):
-        n = rng.randint(1, 400)
-        src = torch.tensor([rng.randint(1, 30) for _ in range(n)])
-        tgt = torch.tensor([rng.randint(1, 30) for _ in range(n)])
-        max_tokens = rng.choice([8, 20, 64, 256])  # 8 and 20: some pairs alone exceed the budget
-        plan = epoch_plan(src, tgt, max_tokens, seed=trial, epoch=2)
-        expected = token_batches(
-            (src + 1).tolist(), (tgt + 1).tolist(), max_tokens, random.Random(trial * 100_003 + 2)
-        )
-        assert [plan.rows(j).tolist() for j in range(len(plan))] == expected
-
-
-def test_batch_sizes_by_runs_of_equal_length():
-    # lengths 2 x3, 3 x4 with a budget of 7: [2, 2, 2] -> 3 x 3 > 7 cuts; [3, 3], [3, 3]
-    assert batch_sizes([2, 3], [3, 4], 7) == [3, 2, 2]
-    assert batch_sizes([9], [2], 7) == [1, 1]  # longer than the budget: alone
-    assert batch_sizes([2, 3], [1, 1], 100) == [2]
-
-
-def test_corpus_batch_is_make_batch():
-    src = [[5, 6, 7], [8], [9, 10, 11, 12], [13, 14]]
-    tgt = [[20], [21, 22, 23], [24, 25], [26, 27, 28, 29, 30]]
-    rows = [2, 0, 3]
-    got = Corpus.from_ids(src, tgt).batch(torch.tensor(rows))
-    want = make_batch([src[i] for i in rows], [tgt[i] for i in rows])
-    for name in ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask"):
-        assert torch.equal(getattr(got, name), getattr(want, name)), name
-    assert got.ntokens == want.ntokens
-
-
 def test_binarized_ids_round_trip_to_the_text(files, tokenizer):
     src, tgt = load_split(files, "train")
-    loaded = Corpus.load(corpus.prepare(files, tokenizer))
-    want_src, want_tgt = drop_long_pairs(tokenizer.encode(src), tokenizer.encode(tgt), files.max_len)
+    loaded = corpus.load(corpus.prepare(files, tokenizer))
+    kept = [
+        (s, t)
+        for s, t in zip(tokenizer.encode(src), tokenizer.encode(tgt))
+        if 0 < len(s) <= files.max_len and 0 < len(t) <= files.max_len
+    ]
+    want_src, want_tgt = [s for s, _ in kept], [t for _, t in kept]
     assert 0 < len(loaded) == len(want_src) < len(src)  # max_len 12 drops some pairs
     assert loaded.src.dtype == torch.uint16 and loaded.src_len.dtype == torch.uint16
     got = [
@@ -93,12 +64,12 @@ def test_a_damaged_cache_is_rebuilt_not_trusted(files, tokenizer, caplog):
 
 
 def test_a_stale_cache_is_rebuilt_when_the_corpus_changes(files, tokenizer, caplog):
-    first = Corpus.load(corpus.prepare(files, tokenizer))
+    first = corpus.load(corpus.prepare(files, tokenizer))
     for lang, line in (("de", "Ein Hund läuft."), ("en", "A dog runs.")):
         path = corpus.training_sources(files)[0].with_suffix(f".{lang}")
         path.write_text(path.read_text() + line + "\n")
     with caplog.at_level(logging.INFO, logger="mt"):
-        second = Corpus.load(corpus.prepare(files, tokenizer))
+        second = corpus.load(corpus.prepare(files, tokenizer))
     assert "the corpus files changed since it was built" in caplog.text
     assert len(second) == len(first) + 1
 
@@ -128,11 +99,15 @@ def test_tokenizer_sample_is_seeded_and_in_corpus_order(files, tmp_path):
     assert all(any(line == other for other in lines) for line in a)  # a subsequence: corpus lines in order
 
 
-def test_fill_ratio_counts_the_padded_batches(toy, tokenizer):
-    src, tgt = tokenizer.encode(toy["train"][0][:300]), tokenizer.encode(toy["train"][1][:300])
-    batches = epoch_batches(src, tgt, 600, seed=3, epoch=1)
-    real = sum(int(b.src_mask.sum()) + int(b.tgt_mask.sum()) for b in batches)
-    total = sum(b.src.numel() + b.tgt_in.numel() for b in batches)
-    lengths = [torch.tensor([len(s) for s in side]) for side in (src, tgt)]
-    plan = epoch_plan(*lengths, 600, seed=3, epoch=1)
-    assert batching.fill_ratio(Corpus.from_ids(src, tgt), plan) == pytest.approx(real / total, rel=1e-12)
+def test_empty_and_long_pairs_are_dropped_and_counted(files, tokenizer, caplog):
+    caplog.set_level(logging.INFO, logger="mt")
+    corpus.prepare(files, tokenizer)
+    kept, dropped = next(
+        (int(m.split()[1]), int(m.split()[5])) for m in caplog.messages if m.startswith("kept ")
+    )
+    assert kept > 0 and dropped > 0 and kept + dropped == 400
+    with pytest.raises(DataError) as e:
+        corpus.prepare(DataConfig(corpus="files", dir=files.dir, max_len=1), tokenizer)
+    assert str(e.value) == (
+        "no training pairs left: all 400 are empty or longer than data.max_len=1 pieces; raise data.max_len"
+    )

@@ -2,27 +2,13 @@ import gzip
 import hashlib
 import json
 import os
-import random
 import shutil
 from pathlib import Path
 
 import pytest
 
 from mt.config import DataConfig
-from mt.batching import BatchStream
-from mt.corpus import Corpus
-from mt.data import (
-    DataError,
-    drop_long_pairs,
-    epoch_batches,
-    load_split,
-    multi30k_dir,
-    normalize,
-    read_lines,
-    read_parallel,
-    split_lines,
-    token_batches,
-)
+from mt.data import DataError, load_split, multi30k_dir, normalize, read_lines, read_parallel, split_lines
 from mt.toy import SPLIT_SIZES, toy_corpus
 
 SHARED = os.environ.get("MT_DATA_DIR", "")
@@ -108,41 +94,6 @@ def test_missing_file(tmp_path):
         read_lines(tmp_path / "nope.gz")
 
 
-def test_drop_long_pairs_counts(caplog):
-    caplog.set_level("INFO")
-    src, tgt = drop_long_pairs([[5] * 3, [5] * 9, [5], []], [[6] * 2, [6], [6] * 10, [6]], max_len=8)
-    assert src == [[5] * 3] and tgt == [[6] * 2]
-    assert "kept 1 training pairs, dropped 3" in caplog.text
-    with pytest.raises(DataError) as e:
-        drop_long_pairs([[5] * 9], [[6]], max_len=8)
-    assert (
-        str(e.value)
-        == "no training pairs left: all 1 are empty or longer than data.max_len=8 pieces; raise data.max_len"
-    )
-
-
-def test_token_batches_respect_budget_and_cover_every_index():
-    rng = random.Random(0)
-    src = [rng.randint(1, 40) for _ in range(500)]
-    tgt = [rng.randint(1, 40) for _ in range(500)]
-    batches = token_batches(src, tgt, 256, random.Random(1))
-    assert sorted(i for b in batches for i in b) == list(range(500))
-    for b in batches:
-        assert len(b) * max(max(src[i], tgt[i]) for i in b) <= 256
-
-
-def test_oversized_sentence_gets_its_own_batch():
-    assert token_batches([10, 300, 10], [10, 5, 10], 100) == [[0, 2], [1]]
-
-
-def test_epoch_batches_are_seeded():
-    src = [[5] * (i % 17 + 1) for i in range(300)]
-    tgt = [[6] * (i % 13 + 1) for i in range(300)]
-    a = [b.src.tolist() for b in epoch_batches(src, tgt, 128, seed=1, epoch=1)]
-    assert a == [b.src.tolist() for b in epoch_batches(src, tgt, 128, seed=1, epoch=1)]
-    assert a != [b.src.tolist() for b in epoch_batches(src, tgt, 128, seed=1, epoch=2)]
-
-
 def test_toy_corpus_is_deterministic_and_disjoint():
     a, b = toy_corpus(), toy_corpus()
     assert a == b
@@ -219,33 +170,3 @@ def test_multi30k_splits_load_normalised():
     src, _ = load_split(cfg, "train")
     assert not any("\t" in s or "\u00a0" in s or s != s.strip() for s in src)
     assert src[7365].count("  ") == 0  # the line with a TAB in the raw file
-
-
-def test_batch_stream_crosses_epochs_and_is_the_seeded_epoch_batches(toy, tokenizer):
-    src, tgt = tokenizer.encode(toy["train"][0][:300]), tokenizer.encode(toy["train"][1][:300])
-    runs = []
-    for n in (3, 1):  # how many a take asks for (and so what the worker builds ahead) changes no batch
-        stream, epoch, index, taken = (
-            BatchStream(Corpus.from_ids(src, tgt), 600, seed=3),
-            0,
-            0,
-            {1: [], 2: []},
-        )
-        while True:
-            group, epoch, index = stream.take(epoch, index, n)
-            if epoch == 3:
-                break
-            taken[epoch] += group
-        runs.append(
-            {
-                e: [b.src.tolist() + b.tgt_out.tolist() + b.tgt_in.tolist() for b in bs]
-                for e, bs in taken.items()
-            }
-        )
-    assert runs[0] == runs[1]
-    for e in (1, 2):  # every epoch is its seeded batches, each taken once, in order
-        assert runs[0][e] == [
-            b.src.tolist() + b.tgt_out.tolist() + b.tgt_in.tolist()
-            for b in epoch_batches(src, tgt, 600, 3, e)
-        ]
-    assert runs[0][1] != runs[0][2]

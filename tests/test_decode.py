@@ -6,7 +6,7 @@ the length limit, and a trained one, whose hypotheses end with eos at different 
 import pytest
 
 from mt.config import DecodeConfig
-from mt.data import source_batch
+from mt.batching import source_batch
 from mt.decode import greedy_decode
 from mt.translate import score, split_pieces, translate_lines
 

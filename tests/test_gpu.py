@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mt.config import ModelConfig, TrainConfig, load_config
-from mt.data import make_batch, source_batch
+from mt.batching import make_batch, source_batch
 from mt.decode import beam_search, greedy_decode
 from mt.model import Seq2Seq
 from mt.step import train_step

@@ -2,7 +2,7 @@
 
 import torch
 
-from mt.data import make_batch
+from mt.batching import make_batch
 from mt.model import Dropout, KVCache, decoder_self_mask
 from mt.tokenizer import BOS, EOS, PAD
 

@@ -4,8 +4,7 @@ import pytest
 import torch
 
 from mt.config import DecodeConfig, ModelConfig, TrainConfig
-from mt.batching import BatchStream
-from mt.corpus import Corpus
+from mt.batching import BatchStream, Pairs
 from mt.model import Seq2Seq
 from mt.tokenizer import train_tokenizer
 from mt.step import inverse_sqrt_lr, train_step
@@ -19,7 +18,7 @@ def test_overfit_100_toy_pairs(toy):
     tokenizer = train_tokenizer(src + tgt, vocab_size=250)
     model = Seq2Seq(ModelConfig(d_model=64, n_heads=4, layers=2, d_ff=256, dropout=0.0), tokenizer.vocab_size)
     optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
-    stream = BatchStream(Corpus.from_ids(tokenizer.encode(src), tokenizer.encode(tgt)), 512, seed=0)
+    stream = BatchStream(Pairs.from_ids(tokenizer.encode(src), tokenizer.encode(tgt)), 512, seed=0)
     no_smoothing = TrainConfig(label_smoothing=0.0, clip_norm=0.0)
     epoch = index = step = 0
     while epoch <= 60:

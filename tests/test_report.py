@@ -10,7 +10,7 @@ import torch
 
 from mt.cli import main
 from mt.config import ConfigError, load_config
-from mt.data import make_batch
+from mt.batching import make_batch
 from mt.evaluate import evaluate_run
 from mt.report import (
     Run,

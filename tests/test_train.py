@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import mt.step
 import mt.train
 from mt.config import ModelConfig, TrainConfig
-from mt.data import make_batch
+from mt.batching import make_batch
 from mt.loss import batch_loss, label_smoothed_loss
 from mt.model import Seq2Seq
 from mt.tokenizer import PAD
