@@ -188,8 +188,7 @@ def cmd_average(args: argparse.Namespace) -> None:
 
 def cmd_attention(args: argparse.Namespace) -> None:
     from mt.distributed import resolve_device
-    from mt.evaluate import attention_for
-    from mt.report import plot_attention
+    from mt.attention import attention_for, plot_attention
     from mt.rundir import load_run
 
     _setup_logging()

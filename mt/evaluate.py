@@ -1,29 +1,20 @@
 """Evaluating a run: translate a split with its checkpoint, score it, and record the result (eval
-files and the run card); and the attention of translations
-(encoder self-, decoder self- and cross-attention) for `mt attention` and `mt serve`.
-"""
+files and the run card)."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from pathlib import Path
-from typing import NamedTuple
 
-import torch
-from torch import Tensor
 
 from mt.card import code_version, config_section, hardware, read_card, result_key, update_card
-from mt.config import DecodeConfig, RunConfig
-from mt.data import load_split, normalize, read_parallel
-from mt.batching import make_batch, source_batch
-from mt.decode import search
+from mt.config import RunConfig
+from mt.data import load_split, read_parallel
 from mt.distributed import resolve_device
 from mt.files import write_text
-from mt.model import Seq2Seq, count_parameters, decoder_self_mask
+from mt.model import Seq2Seq, count_parameters
 from mt.rundir import checkpoint_path, load_run, read_metrics
-from mt.tokenizer import PAD, Tokenizer
 from mt.translate import score, translate_lines
 
 
@@ -103,85 +94,4 @@ def describe_untracked_run(rows: list[dict], cfg: RunConfig, model: Seq2Seq) -> 
         "code": {**code_version(), "recorded_by": "evaluate"},
         "hardware": hardware(resolve_device("auto")),
         "training": training,
-    }
-
-
-class AttentionMap(NamedTuple):
-    """One sentence's attention in a teacher-forced pass over its batch (padded to the batch's longest)."""
-
-    translation: str
-    source: list[str]  # source positions (S): pieces, "</s>", then "<pad>"s
-    target: list[str]  # decoder input positions (T): "<s>", pieces of the translation, then "<pad>"s
-    predicted: list[str]  # what each decoder position predicts (T): pieces, "</s>", then "<pad>"s
-    source_mask: list[bool]  # (S,) True = real token, as the model's masks
-    target_mask: list[bool]  # (T,)
-    encoder: list[Tensor]  # per encoder layer: (H, S, S) self-attention probabilities
-    decoder: list[Tensor]  # per decoder layer: (H, T, T) self-attention (causal and padding masks)
-    cross: list[Tensor]  # per decoder layer: (H, T, S) cross-attention
-
-
-@torch.inference_mode()
-def attention_maps(
-    model: Seq2Seq,
-    tokenizer: Tokenizer,
-    lines: list[str],
-    cfg: DecodeConfig,
-    device: torch.device | str = "cpu",
-) -> list[AttentionMap]:
-    """Translate lines as one batch (the 1-best of cfg's search; sources cut to the model's positions)
-    and return each one's attention of every kind and layer, padding included."""
-    model.eval()
-    limit = model.cfg.max_positions - 1
-    ids = [x[:limit] for x in tokenizer.encode([normalize(line) for line in lines])]
-    src, src_mask = (t.to(device) for t in source_batch(ids))
-    hyps = [h[0].tokens for h in search(model, src, src_mask, dataclasses.replace(cfg, n_best=1))]
-    hyps = [hyp if source else [] for source, hyp in zip(ids, hyps)]  # as translate: empty in, empty out
-    batch = make_batch(ids, hyps)
-    found = model.attention(src, src_mask, batch.tgt_in.to(device), batch.tgt_mask.to(device))
-    piece = lambda seq: [tokenizer.sp.id_to_piece(i) if i != PAD else "<pad>" for i in seq.tolist()]  # noqa: E731
-    texts = tokenizer.decode(hyps)
-    return [
-        AttentionMap(
-            texts[b],
-            piece(src[b]),
-            piece(batch.tgt_in[b]),
-            piece(batch.tgt_out[b]),
-            src_mask[b].tolist(),
-            batch.tgt_mask[b].tolist(),
-            *([w[b].cpu() for w in found[kind]] for kind in ("encoder", "decoder", "cross")),
-        )
-        for b in range(len(lines))
-    ]
-
-
-def attention_for(
-    model: Seq2Seq, tokenizer: Tokenizer, line: str, cfg: DecodeConfig, device: torch.device | str = "cpu"
-) -> AttentionMap:
-    """Greedy-translate one line and return its attention (`mt attention` plots the cross-attention)."""
-    return attention_maps(model, tokenizer, [line], dataclasses.replace(cfg, beam=1), device)[0]
-
-
-def attention_json(found, heads: int) -> dict:
-    """An AttentionMap as JSON: tokens, masks (True = may attend, the model's own), and the
-    probabilities per kind as [layer][head][query][key], to 4 decimals."""
-    T, S = len(found.target), len(found.source)
-    src_mask, tgt_mask = torch.tensor(found.source_mask), torch.tensor(found.target_mask)
-    masks = {
-        "encoder": src_mask.expand(S, S),
-        "cross": src_mask.expand(T, S),
-        "decoder": decoder_self_mask(T, tgt_mask[None])[0, 0],
-    }  # (S, S), (T, S), (T, T)
-    rounded = lambda layers: [(w.double() * 1e4).round().div(1e4).tolist() for w in layers]  # noqa: E731
-    return {
-        "translation": found.translation,
-        "source": found.source,
-        "target": found.target,
-        "predicted": found.predicted,
-        "source_mask": found.source_mask,
-        "target_mask": found.target_mask,
-        "heads": heads,
-        "masks": {k: m.tolist() for k, m in masks.items()},
-        "encoder": rounded(found.encoder),
-        "decoder": rounded(found.decoder),
-        "cross": rounded(found.cross),
     }

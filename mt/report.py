@@ -335,39 +335,3 @@ def write_report(paths: list[str | Path], out: str | Path, setting: str = "test"
         plots = "Plots skipped: matplotlib is not installed (`pip install -e '.[plot]'`)."
     write_text(out, render(runs, setting, plots))
     return out, plots
-
-
-def piece_labels(pieces: list[str]) -> list[str]:
-    """Axis labels for sentencepiece pieces: the word-start marker U+2581 (drawn as a stray "_" under
-    rotated labels) dropped; a piece that continues a word gets a leading "-"."""
-    return [p[1:] or p if p.startswith("\u2581") else p if p in ("</s>", "<s>") else "-" + p for p in pieces]
-
-
-def plot_attention(src: list[str], tgt: list[str], layers: list, path: Path, per_head: bool = False):
-    """Heatmaps of cross-attention (target pieces x source pieces): one panel per decoder layer,
-    averaged over heads, or layers x heads with `per_head`. `layers`: (H, T, S) tensors."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    heads = layers[0].shape[0] if per_head else 1
-    panels = [[(w[h] if per_head else w.mean(0)) for h in range(heads)] for w in layers]
-    size = (max(3.0, 0.32 * len(src) + 1.5), max(2.5, 0.3 * len(tgt) + 1.2))
-    fig, axes = plt.subplots(
-        len(layers), heads, figsize=(size[0] * heads, size[1] * len(layers)), squeeze=False
-    )
-    for i, row in enumerate(panels):
-        for h, weights in enumerate(row):
-            ax = axes[i][h]
-            image = ax.imshow(weights.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
-            fig.colorbar(image, ax=ax, fraction=0.05, label="attention weight")
-            ax.set_xticks(range(len(src)), piece_labels(src), rotation=90, fontsize=8)
-            ax.set_yticks(range(len(tgt)), piece_labels(tgt), fontsize=8)
-            ax.set_title(
-                f"layer {i + 1}" + (f", head {h + 1}" if per_head else ", mean of heads"), fontsize=9
-            )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return fig  # closed, but its axes can still be read

@@ -15,7 +15,7 @@ import time
 import torch
 
 from mt.config import DecodeConfig, RunConfig, ServeLimits
-from mt.evaluate import attention_json, attention_maps
+from mt.attention import attention_json, attention_maps
 from mt.model import Seq2Seq
 from mt.tokenizer import Tokenizer
 from mt.translate import translate_nbest

@@ -24,6 +24,7 @@ ORDER = [
     "distributed",
     "decode",
     "translate",
+    "attention",
     "validation",
     "card",
     "checkpoint",

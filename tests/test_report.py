@@ -11,14 +11,13 @@ import torch
 from mt.cli import main
 from mt.config import ConfigError, load_config
 from mt.batching import make_batch
+from mt.attention import piece_labels, plot_attention
 from mt.evaluate import evaluate_run
 from mt.report import (
     Run,
     _p,
     load_runs,
     paired_bootstrap,
-    piece_labels,
-    plot_attention,
     plot_curves,
     write_report,
 )

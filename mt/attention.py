@@ -1,0 +1,137 @@
+"""Attention of translations, all three kinds (encoder self-, decoder self- and cross-attention): taken
+in a teacher-forced pass over the 1-best translations, as JSON (`mt serve`'s /attention and its page)
+and as heatmaps (`mt attention`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from mt.batching import make_batch, source_batch
+from mt.config import DecodeConfig
+from mt.data import normalize
+from mt.decode import search
+from mt.model import Seq2Seq, decoder_self_mask
+from mt.tokenizer import PAD, Tokenizer
+
+
+class AttentionMap(NamedTuple):
+    """One sentence's attention in a teacher-forced pass over its batch (padded to the batch's longest)."""
+
+    translation: str
+    source: list[str]  # source positions (S): pieces, "</s>", then "<pad>"s
+    target: list[str]  # decoder input positions (T): "<s>", pieces of the translation, then "<pad>"s
+    predicted: list[str]  # what each decoder position predicts (T): pieces, "</s>", then "<pad>"s
+    source_mask: list[bool]  # (S,) True = real token, as the model's masks
+    target_mask: list[bool]  # (T,)
+    encoder: list[Tensor]  # per encoder layer: (H, S, S) self-attention probabilities
+    decoder: list[Tensor]  # per decoder layer: (H, T, T) self-attention (causal and padding masks)
+    cross: list[Tensor]  # per decoder layer: (H, T, S) cross-attention
+
+
+@torch.inference_mode()
+def attention_maps(
+    model: Seq2Seq,
+    tokenizer: Tokenizer,
+    lines: list[str],
+    cfg: DecodeConfig,
+    device: torch.device | str = "cpu",
+) -> list[AttentionMap]:
+    """Translate lines as one batch (the 1-best of cfg's search; sources cut to the model's positions)
+    and return each one's attention of every kind and layer, padding included."""
+    model.eval()
+    limit = model.cfg.max_positions - 1
+    ids = [x[:limit] for x in tokenizer.encode([normalize(line) for line in lines])]
+    src, src_mask = (t.to(device) for t in source_batch(ids))
+    hyps = [h[0].tokens for h in search(model, src, src_mask, dataclasses.replace(cfg, n_best=1))]
+    hyps = [hyp if source else [] for source, hyp in zip(ids, hyps)]  # as translate: empty in, empty out
+    batch = make_batch(ids, hyps)
+    found = model.attention(src, src_mask, batch.tgt_in.to(device), batch.tgt_mask.to(device))
+    piece = lambda seq: [tokenizer.sp.id_to_piece(i) if i != PAD else "<pad>" for i in seq.tolist()]  # noqa: E731
+    texts = tokenizer.decode(hyps)
+    return [
+        AttentionMap(
+            texts[b],
+            piece(src[b]),
+            piece(batch.tgt_in[b]),
+            piece(batch.tgt_out[b]),
+            src_mask[b].tolist(),
+            batch.tgt_mask[b].tolist(),
+            *([w[b].cpu() for w in found[kind]] for kind in ("encoder", "decoder", "cross")),
+        )
+        for b in range(len(lines))
+    ]
+
+
+def attention_for(
+    model: Seq2Seq, tokenizer: Tokenizer, line: str, cfg: DecodeConfig, device: torch.device | str = "cpu"
+) -> AttentionMap:
+    """Greedy-translate one line and return its attention (`mt attention` plots the cross-attention)."""
+    return attention_maps(model, tokenizer, [line], dataclasses.replace(cfg, beam=1), device)[0]
+
+
+def attention_json(found, heads: int) -> dict:
+    """An AttentionMap as JSON: tokens, masks (True = may attend, the model's own), and the
+    probabilities per kind as [layer][head][query][key], to 4 decimals."""
+    T, S = len(found.target), len(found.source)
+    src_mask, tgt_mask = torch.tensor(found.source_mask), torch.tensor(found.target_mask)
+    masks = {
+        "encoder": src_mask.expand(S, S),
+        "cross": src_mask.expand(T, S),
+        "decoder": decoder_self_mask(T, tgt_mask[None])[0, 0],
+    }  # (S, S), (T, S), (T, T)
+    rounded = lambda layers: [(w.double() * 1e4).round().div(1e4).tolist() for w in layers]  # noqa: E731
+    return {
+        "translation": found.translation,
+        "source": found.source,
+        "target": found.target,
+        "predicted": found.predicted,
+        "source_mask": found.source_mask,
+        "target_mask": found.target_mask,
+        "heads": heads,
+        "masks": {k: m.tolist() for k, m in masks.items()},
+        "encoder": rounded(found.encoder),
+        "decoder": rounded(found.decoder),
+        "cross": rounded(found.cross),
+    }
+
+
+def piece_labels(pieces: list[str]) -> list[str]:
+    """Axis labels for sentencepiece pieces: the word-start marker U+2581 (drawn as a stray "_" under
+    rotated labels) dropped; a piece that continues a word gets a leading "-"."""
+    return [p[1:] or p if p.startswith("\u2581") else p if p in ("</s>", "<s>") else "-" + p for p in pieces]
+
+
+def plot_attention(src: list[str], tgt: list[str], layers: list, path: Path, per_head: bool = False):
+    """Heatmaps of cross-attention (target pieces x source pieces): one panel per decoder layer,
+    averaged over heads, or layers x heads with `per_head`. `layers`: (H, T, S) tensors."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heads = layers[0].shape[0] if per_head else 1
+    panels = [[(w[h] if per_head else w.mean(0)) for h in range(heads)] for w in layers]
+    size = (max(3.0, 0.32 * len(src) + 1.5), max(2.5, 0.3 * len(tgt) + 1.2))
+    fig, axes = plt.subplots(
+        len(layers), heads, figsize=(size[0] * heads, size[1] * len(layers)), squeeze=False
+    )
+    for i, row in enumerate(panels):
+        for h, weights in enumerate(row):
+            ax = axes[i][h]
+            image = ax.imshow(weights.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+            fig.colorbar(image, ax=ax, fraction=0.05, label="attention weight")
+            ax.set_xticks(range(len(src)), piece_labels(src), rotation=90, fontsize=8)
+            ax.set_yticks(range(len(tgt)), piece_labels(tgt), fontsize=8)
+            ax.set_title(
+                f"layer {i + 1}" + (f", head {h + 1}" if per_head else ", mean of heads"), fontsize=9
+            )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return fig  # closed, but its axes can still be read
