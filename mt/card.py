@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from mt.config import DataError, RunConfig, base_config, config_differences, config_to_dict
+from mt.config import RunConfig, base_config, config_differences, config_to_dict
+from mt.errors import RunDirError
 from mt.files import write_text
 from mt.records import CARD, require
 
@@ -94,9 +95,9 @@ def read_card(run_dir: str | Path) -> dict:
     except FileNotFoundError:
         return {}
     except OSError as e:
-        raise DataError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
+        raise RunDirError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
     except (ValueError, RecursionError):  # not UTF-8 or not JSON
-        raise DataError(f"{path}: damaged (not JSON); {fix}") from None
+        raise RunDirError(f"{path}: damaged (not JSON); {fix}") from None
     return require(card, CARD, path, fix)
 
 

@@ -21,14 +21,8 @@ from pathlib import Path
 
 import torch
 
-from mt.config import (
-    ConfigError,
-    RunConfig,
-    apply_overrides,
-    config_differences,
-    config_from_dict,
-    config_to_dict,
-)
+from mt.config import RunConfig, apply_overrides, config_differences, config_from_dict, config_to_dict
+from mt.errors import ConfigError, RunDirError
 from mt.files import atomic_write
 from mt.model import Seq2Seq
 from mt.records import CHECKPOINT, Progress, problem
@@ -132,7 +126,7 @@ def average_models(paths: list[Path]) -> dict:
         diff = config_differences(first["config"], ckpt["config"], ignore=RESUMABLE_KEYS)
         if diff or ckpt["vocab_size"] != first["vocab_size"] or ckpt["model"].keys() != first["model"].keys():
             what = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in diff.items()) or "other weights"
-            raise ConfigError(
+            raise RunDirError(
                 f"{path}: another config than {paths[0]} ({what}); average checkpoints of one run"
             )
     mean = {
@@ -152,7 +146,7 @@ def write_average(run_dir: Path, last: int) -> Path:
     """DIR/averaged.pt from the `last` newest DIR/ckpt-*.pt (`mt average`, train.average_last)."""
     kept = kept_models(run_dir)
     if len(kept) < last:
-        raise ConfigError(
+        raise RunDirError(
             f"{run_dir}: {len(kept)} kept checkpoints (ckpt-*.pt), fewer than the {last} to average; "
             f"set train.keep_last >= {last} and validate more often or train longer"
         )
@@ -166,21 +160,21 @@ def load_checkpoint(path: str | Path) -> dict:
     """Load with weights_only=True: a pickle that names any code (a crafted file) is refused unrun."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(
+        raise RunDirError(
             f"{path}: no checkpoint; train first with `mt train CONFIG --run-dir {path.parent}`"
         )
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        raise ConfigError(
+        raise RunDirError(
             f"{path}: refused: it holds objects other than tensors and plain data, which could "
             f"run code; only load checkpoints written by mt"
         ) from None
     except Exception:  # noqa: BLE001 - truncated, damaged, a folder, or not a torch file at all
-        raise ConfigError(f"{path}: damaged or not a checkpoint; delete it or train again") from None
+        raise RunDirError(f"{path}: damaged or not a checkpoint; delete it or train again") from None
     found = problem(ckpt, CHECKPOINT)  # its metadata: every key mt reads, of the kind mt writes
     if found:
-        raise ConfigError(f"{path}: damaged or not an mt checkpoint ({found}); delete it or train again")
+        raise RunDirError(f"{path}: damaged or not an mt checkpoint ({found}); delete it or train again")
     return ckpt
 
 
@@ -189,7 +183,7 @@ def stored_config(ckpt: dict, path: Path, overrides: list[str] = ()) -> RunConfi
     try:
         config_from_dict(copy.deepcopy(ckpt["config"]))
     except ConfigError as e:  # written by another version of mt, or edited
-        raise ConfigError(f"{path}: stored config is invalid: {e}") from None
+        raise RunDirError(f"{path}: stored config is invalid: {e}") from None
     return config_from_dict(apply_overrides(copy.deepcopy(ckpt["config"]), list(overrides)))
 
 
@@ -213,7 +207,7 @@ def build_model(ckpt: dict, cfg: RunConfig, path: str | Path) -> Seq2Seq:
         )
     )
     if problems:
-        raise ConfigError(
+        raise RunDirError(
             f"{path}: weights do not fit the model its config describes ({'; '.join(problems)}); "
             f"the checkpoint comes from an incompatible config"
         )

@@ -2,8 +2,8 @@
 module that knows every other one. It imports torch only inside the commands, so `mt --help` and
 `mt --version` are quick.
 
-User-fixable problems (ConfigError, DataError) print one line and exit with code 2; `--debug` shows
-the traceback instead. Every command that writes a file says where.
+User-fixable problems (mt.errors' UserError: config, data, run directory, server) print one line and
+exit with code 2; `--debug` shows the traceback instead. Every command that writes a file says where.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from mt.arguments import build_parser, one_line, parse
-from mt.config import ConfigError, DataError, DecodeConfig, ServeLimits, load_config  # no torch
+from mt.config import DecodeConfig, ServeLimits, load_config
+from mt.errors import ConfigError, RunDirError, UserError
 
 log = logging.getLogger("mt")
 
@@ -182,7 +183,7 @@ def cmd_average(args: argparse.Namespace) -> None:
 
     _setup_logging()
     if not Path(args.run).is_dir():
-        raise ConfigError(f"{args.run}: run directory not found")
+        raise RunDirError(f"{args.run}: run directory not found")
     print(f"wrote {write_average(Path(args.run), args.last)}")
 
 
@@ -229,7 +230,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 def _exit_code(e: Exception) -> int | None:
     """2 for input the user can fix, 1 for training that cannot go on, None for a bug."""
-    if isinstance(e, (ConfigError, DataError)):
+    if isinstance(e, UserError):
         return 2
     from mt.distributed import RankFailure  # imports torch: only on this path
     from mt.train import TrainingError

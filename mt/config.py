@@ -16,15 +16,8 @@ from typing import Any
 
 import yaml
 
+from mt.errors import ConfigError
 from mt.files import write_text
-
-
-class ConfigError(ValueError):
-    """A problem with the user's config or command line that the user can fix."""
-
-
-class DataError(ValueError):
-    """A problem with corpus files that the user can fix."""
 
 
 def _choice(default: str, *choices: str) -> Any:

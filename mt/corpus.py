@@ -28,7 +28,8 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from mt.config import DataConfig, DataError, RunConfig
+from mt.config import DataConfig, RunConfig
+from mt.errors import DataError
 from mt.batching import Pairs
 from mt.data import TextSource, count_lines, downloads_dir, source_lines, training_sources
 from mt.files import write_text

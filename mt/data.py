@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Iterator, Union
 
 
-from mt.config import DataConfig, DataError
+from mt.config import DataConfig
+from mt.errors import DataError
 from mt.files import write_bytes
 from mt.toy import toy_corpus
 

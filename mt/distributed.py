@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from mt.config import ConfigError
+from mt.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from mt.config import DataError
+from mt.errors import RunDirError
 
 KINDS = {  # kind -> (test, how a message names it); bool is an int in Python but not in JSON
     "integer": (lambda v: type(v) is int, "an integer"),
@@ -112,7 +112,7 @@ def require(record, schema: Record, path: str | Path, fix: str) -> dict:
     """`record` if it fits `schema`; else a one-line DataError naming the file, the key and `fix`."""
     found = problem(record, schema, "")
     if found:
-        raise DataError(f"{path}: damaged ({found}); {fix}")
+        raise RunDirError(f"{path}: damaged ({found}); {fix}")
     return record
 
 

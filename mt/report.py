@@ -19,7 +19,8 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from mt.card import read_card
-from mt.config import ConfigError, DataError, config_to_dict, flatten, read_saved_config
+from mt.config import config_to_dict, flatten, read_saved_config
+from mt.errors import ConfigError, RunDirError
 from mt.files import write_text
 from mt.rundir import read_metrics
 
@@ -47,12 +48,12 @@ class Run:
         try:
             lines = path.read_bytes().decode("utf-8").split("\n")[:-1]
         except (OSError, UnicodeDecodeError) as e:
-            raise DataError(
+            raise RunDirError(
                 f"{path}: cannot read ({getattr(e, 'strerror', None) or e}); run `mt evaluate --run "
                 f"{self.path}` again to rewrite it"
             ) from None
         if len(lines) != count:
-            raise DataError(
+            raise RunDirError(
                 f"{path}: {len(lines)} lines, but card.json says {count} sentences were scored; run "
                 f"`mt evaluate --run {self.path}` again to rewrite it"
             )
@@ -80,12 +81,12 @@ def load_runs(paths: list[str | Path], setting: str = "test") -> list[Run]:
     for path, own_setting in map(split_setting, paths):
         card = read_card(path)
         if not card:
-            raise ConfigError(
+            raise RunDirError(
                 f"{path}/card.json: not found; train the run (or run `mt evaluate --run {path}`) first"
             )
         problem = result_problem(card, own_setting or setting)
         if problem:
-            raise DataError(
+            raise RunDirError(
                 f"{path}/card.json: damaged ({problem}); restore it, or delete it and run `mt evaluate "
                 f"--run {path}` to write a new one"
             )
@@ -179,7 +180,7 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
     base = runs[0].result(setting)
     problems = [comparability(base, r.result(setting)) for r in runs]
     if problems[0]:
-        raise ConfigError(
+        raise RunDirError(
             f"{runs[0].path}: the baseline has no '{runs[0].setting or setting}' result; "
             f"run `mt evaluate` on it first"
         )

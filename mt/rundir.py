@@ -31,7 +31,8 @@ import torch
 
 from mt.card import read_card
 from mt.checkpoint import RESUMABLE_KEYS, build_model, load_checkpoint, set_rng_state, stored_config
-from mt.config import ConfigError, DataError, RunConfig, config_differences, config_to_dict, save_config
+from mt.config import RunConfig, config_differences, config_to_dict, save_config
+from mt.errors import RunDirError
 from mt.files import write_text
 from mt.model import Seq2Seq
 from mt.records import RESUME_KEYS, Progress, metrics_row_problem
@@ -60,19 +61,19 @@ def run_tokenizer(run_dir: Path, ckpt: dict, ckpt_name: str, fix: str) -> Tokeni
     """DIR/spm.model, checked against the checkpoint's vocabulary size; `fix` says what to do if absent."""
     path = run_dir / "spm.model"
     if not path.is_file():
-        raise ConfigError(f"{path}: not found, so {run_dir / ckpt_name} cannot be used; {fix}")
+        raise RunDirError(f"{path}: not found, so {run_dir / ckpt_name} cannot be used; {fix}")
     try:
         proto = path.read_bytes()
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
+        raise RunDirError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
     if ckpt.get("tokenizer_sha256") not in (None, hashlib.sha256(proto).hexdigest()):  # None: an older mt's
-        raise ConfigError(
+        raise RunDirError(
             f"{path}: not the tokenizer {ckpt_name} was trained with (its sha256 differs: damaged "
             f"or replaced); restore the run's spm.model"
         )
     tokenizer = Tokenizer(proto, str(path))
     if tokenizer.vocab_size != ckpt["vocab_size"]:
-        raise ConfigError(
+        raise RunDirError(
             f"{path} has {tokenizer.vocab_size} pieces but {ckpt_name} expects "
             f"{ckpt['vocab_size']}; the run directory is inconsistent"
         )
@@ -102,7 +103,7 @@ def load_run(
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ConfigError(f"{run_dir}: run directory not found")
+        raise RunDirError(f"{run_dir}: run directory not found")
     path = checkpoint_path(run_dir, checkpoint)
     ckpt = load_checkpoint(path)
     cfg = stored_config(ckpt, path, overrides)
@@ -118,19 +119,19 @@ def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, 
         return None
     ckpt = load_checkpoint(path)
     if any(k not in ckpt for k in RESUME_KEYS):
-        raise ConfigError(
+        raise RunDirError(
             f"{path}: written by an older mt without resume state; use another --run-dir or --force-new"
         )
     stored = config_to_dict(stored_config(ckpt, path))
     diff = config_differences(stored, config_to_dict(cfg), ignore=RESUMABLE_KEYS)
     if diff:
         changes = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
-        raise ConfigError(
+        raise RunDirError(
             f"{run_dir} holds a run with a different config ({changes}); resume with the same "
             f"config, use another --run-dir, or --force-new to start over"
         )
     if len(ckpt["rng"]) != world:
-        raise ConfigError(
+        raise RunDirError(
             f"{path} was written by {len(ckpt['rng'])} processes, not {world}; resume with the "
             f"same number for an exact resume"
         )
@@ -155,7 +156,7 @@ def restore(
         set_rng_state(ckpt["rng"][rank], device)
     except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:  # a damaged but loadable last.pt
         detail = (str(e).splitlines() or [""])[0][:80]
-        raise ConfigError(
+        raise RunDirError(
             f"last.pt: damaged training state ({type(e).__name__}: {detail}); restore it, or use --force-new"
         ) from None
     return Progress(**ckpt["progress"])
@@ -180,7 +181,7 @@ def read_metrics(path: Path) -> list[dict]:
     except FileNotFoundError:
         return []
     except OSError as e:
-        raise DataError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
+        raise RunDirError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
     rows = []
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
@@ -193,7 +194,7 @@ def read_metrics(path: Path) -> list[dict]:
         if problem and number == len(lines):
             log.warning("%s: line %d is incomplete (cut short while being written?); left out", path, number)
         elif problem:
-            raise DataError(
+            raise RunDirError(
                 f"{path}: line {number}: {problem}; fix or delete that line (mt writes one JSON "
                 f"object a line)"
             )
@@ -218,7 +219,7 @@ def locked(run_dir: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-            raise ConfigError(
+            raise RunDirError(
                 f"{run_dir} is being trained by {holder}; wait for it to finish or stop it (Ctrl-C "
                 f"saves and exits), or use another --run-dir"
             ) from None

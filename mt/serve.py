@@ -35,7 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
 from mt.card import card_summary
-from mt.config import ConfigError, DecodeConfig, RunConfig, ServeLimits
+from mt.config import DecodeConfig, RunConfig, ServeLimits
+from mt.errors import ServeError
 from mt.model import Seq2Seq, count_parameters
 from mt.rundir import checkpoint_path, load_run
 from mt.worker import Job, Overloaded, Worker
@@ -311,7 +312,7 @@ def check_port(host: str, port: int) -> None:
             pass
     except OSError as e:
         reason = os.strerror(e.errno) if e.errno else str(e)
-        raise ConfigError(f"{host}:{port}: cannot listen ({reason}); pick another --port or --host") from None
+        raise ServeError(f"{host}:{port}: cannot listen ({reason}); pick another --port or --host") from None
 
 
 def serve(

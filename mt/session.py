@@ -15,7 +15,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mt import checkpoint, corpus, distributed, rundir
 from mt.card import code_version, config_section, hardware, update_card
-from mt.config import ConfigError, RunConfig
+from mt.config import RunConfig
+from mt.errors import ConfigError
 from mt.batching import BatchStream, Pairs
 from mt.data import load_split
 from mt.model import Seq2Seq, count_parameters

@@ -14,7 +14,7 @@ from typing import Iterable, Iterator
 
 import sentencepiece as spm
 
-from mt.config import ConfigError
+from mt.errors import ConfigError, RunDirError
 from mt.files import write_bytes
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -38,12 +38,12 @@ class Tokenizer:
             UnicodeDecodeError,
         ) as e:  # sentencepiece's "Internal: ... ParseFromArray" and the like
             reason = (str(e).splitlines() or ["?"])[0]
-            raise ConfigError(
+            raise RunDirError(
                 f"{source}: damaged or not a sentencepiece model ({reason}); restore it from the run "
                 f"it belongs to"
             ) from None
         if (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) != (PAD, UNK, BOS, EOS):
-            raise ConfigError(
+            raise RunDirError(
                 f"{source}: a sentencepiece model without mt's special ids (pad 0, unk 1, bos 2, "
                 f"eos 3); use the spm.model that mt trained for this run"
             )
@@ -118,6 +118,6 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     try:
         return Tokenizer(path.read_bytes(), str(path))
     except OSError as e:
-        raise ConfigError(
+        raise RunDirError(
             f"{path}: cannot read ({e.strerror or e}); check the path and its permissions"
         ) from None

@@ -24,7 +24,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from mt.cli import main
-from mt.config import ConfigError, DataError
+from mt.errors import UserError
 
 # ---- damage ------------------------------------------------------------------------------------------------
 
@@ -141,7 +141,7 @@ def run_reader(fn, *args) -> Outcome:
     try:
         fn(*args)
         return Outcome(0, "", [])
-    except (ConfigError, DataError) as e:
+    except UserError as e:
         return Outcome(2, f"mt: error: {e}\n", [])
     except Exception as e:  # noqa: BLE001
         return Outcome(1, "", [], crash=f"{type(e).__name__}: {e}"[:300])

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from mt.cli import main
-from mt.config import ConfigError, RunConfig, config_to_dict, load_config
+from mt.config import RunConfig, config_to_dict, load_config
+from mt.errors import RunDirError
 from mt.model import Seq2Seq
 from mt.checkpoint import write_average
 from mt.records import Progress
@@ -45,13 +46,13 @@ def test_averaging_refuses_other_configs_and_too_few_checkpoints(tmp_path):
     hand_made(tmp_path / "ckpt-0000001.pt", small_config(), 1)
     hand_made(tmp_path / "ckpt-0000002.pt", small_config(d_ff=64), 2)
     with pytest.raises(
-        ConfigError,
+        RunDirError,
         match=r"ckpt-0000002.pt: another config than .*ckpt-0000001.pt "
         r"\(model.d_ff: 32 vs 64\); average checkpoints of one run$",
     ):
         write_average(tmp_path, 2)
     with pytest.raises(
-        ConfigError,
+        RunDirError,
         match=r": 2 kept checkpoints \(ckpt-\*.pt\), fewer than the 3 to average; "
         r"set train.keep_last >= 3",
     ):

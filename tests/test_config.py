@@ -3,7 +3,6 @@ from pathlib import Path
 import pytest
 
 from mt.config import (
-    ConfigError,
     RunConfig,
     base_config,
     config_differences,
@@ -12,6 +11,7 @@ from mt.config import (
     load_config,
     save_config,
 )
+from mt.errors import ConfigError
 
 CONFIGS = sorted(Path(__file__).resolve().parents[1].glob("configs/*.yaml"))
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from mt import corpus
-from mt.config import DataConfig, DataError
+from mt.config import DataConfig
+from mt.errors import DataError
 from mt.corpus import tokenizer_sample
 from mt.data import load_split
 

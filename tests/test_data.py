@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from mt.config import DataConfig
-from mt.data import DataError, load_split, multi30k_dir, normalize, read_lines, read_parallel, split_lines
+from mt.data import load_split, multi30k_dir, normalize, read_lines, read_parallel, split_lines
+from mt.errors import DataError
 from mt.toy import SPLIT_SIZES, toy_corpus
 
 SHARED = os.environ.get("MT_DATA_DIR", "")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mt.config import ConfigError
+from mt.errors import ConfigError
 from mt.distributed import Ranks, start
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -266,3 +266,12 @@ def test_translate_survives_odd_input(trained):
     assert "<stdin>: invalid UTF-8 on line 2, replaced with U+FFFD" in err
     assert "line 6: " in err and "more than the 64 this model takes; translated in" in err
     assert "Traceback" not in err
+
+
+def test_every_kind_of_user_error_is_exit_2_and_anything_else_a_bug():
+    from mt.cli import _exit_code
+    from mt.errors import ConfigError, DataError, RunDirError, ServeError, UserError
+
+    for kind in (ConfigError, DataError, RunDirError, ServeError):
+        assert issubclass(kind, UserError) and _exit_code(kind("x")) == 2
+    assert _exit_code(RuntimeError("x")) is None and _exit_code(KeyError("x")) is None

@@ -11,6 +11,7 @@ import pytest
 # -> cli,
 # with the helpers each needs just below it
 ORDER = [
+    "errors",
     "files",
     "config",
     "records",

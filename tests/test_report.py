@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from mt.cli import main
-from mt.config import ConfigError, load_config
+from mt.config import load_config
+from mt.errors import ConfigError
 from mt.batching import make_batch
 from mt.attention import piece_labels, plot_attention
 from mt.evaluate import evaluate_run

@@ -1,6 +1,6 @@
 import pytest
 
-from mt.config import ConfigError
+from mt.errors import ConfigError, RunDirError
 from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, load_tokenizer, train_tokenizer
 
 
@@ -50,7 +50,7 @@ def test_a_model_with_other_special_ids_is_refused():
         minloglevel=2,
     )
     with pytest.raises(
-        ConfigError,
+        RunDirError,
         match=r"^x/spm.model: a sentencepiece model without mt's special ids \(pad 0, "
         r"unk 1, bos 2, eos 3\); use the spm.model that mt trained for this run$",
     ):
@@ -70,7 +70,7 @@ def test_a_piece_that_is_not_utf8_is_a_damaged_model(tokenizer):
     i = data.index("\u2581".encode())
     data[i + 1] ^= 0x40  # e2 96 81 -> e2 d6 81: not UTF-8
     with pytest.raises(
-        ConfigError, match=r"^x/spm.model: damaged or not a sentencepiece model \(.*\); restore it"
+        RunDirError, match=r"^x/spm.model: damaged or not a sentencepiece model \(.*\); restore it"
     ):
         Tokenizer(bytes(data), "x/spm.model")
 
