@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from mt.arguments import build_parser, one_line, parse
-from mt.config import DecodeConfig, ServeLimits, load_config
+from mt.config import COMMAND_LINE, DecodeConfig, ServeLimits, decoding, load_config
 from mt.errors import ConfigError, RunDirError, UserError
 
 log = logging.getLogger("mt")
@@ -77,14 +77,7 @@ def _decoding(decode: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
         "length_penalty": args.length_penalty,
         "batch_tokens": args.batch_tokens,
     }
-    decode = dataclasses.replace(decode, **{k: v for k, v in flags.items() if v is not None})
-    if decode.n_best > decode.beam:
-        beam = f"--beam {decode.beam}" if args.beam is not None else f"the run's beam ({decode.beam})"
-        raise ConfigError(
-            f"--n-best {decode.n_best} is more than {beam}: beam search keeps only that many "
-            f"hypotheses; add --beam {decode.n_best} or more"
-        )
-    return decode
+    return decoding(decode, flags, COMMAND_LINE)
 
 
 def _flag_overrides(args: argparse.Namespace) -> list[str]:

@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -197,6 +197,45 @@ def _build(cls: type, raw: Any, path: str) -> Any:
     return cls(**kwargs)
 
 
+@dataclass(frozen=True)
+class Spelling:
+    """How a user writes decoding options, so that an error speaks their language: on the command line
+    (--n-best 3), in an HTTP request (n_best: 3), in a config file (decode.n_best: 3)."""
+
+    name: Callable[[str], str]  # the option's name, from DecodeConfig's field name
+    lead: str  # how a message opens on an option's value: "{name} {value}"
+    verb: str  # what the user does to fix it: "add", "send", "set"
+
+
+COMMAND_LINE = Spelling(lambda key: "--" + key.replace("_", "-"), "{name} {value}", "add")
+REQUEST = Spelling(str, "{name}: {value}", "send")
+CONFIG_FILE = Spelling(lambda key: f"decode.{key}", "{name}: {value}", "set")
+
+
+def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling = CONFIG_FILE) -> DecodeConfig:
+    """`decode` with the user's decoding `options` (None: keep decode's), each checked as a config
+    value, and n_best <= beam: the one path from CLI flags, an HTTP request or a config file to a
+    checked DecodeConfig. A ConfigError's `key` is the option to blame."""
+    fields = {f.name: f for f in dataclasses.fields(DecodeConfig)}
+    given = {}
+    for key, value in options.items():
+        if value is not None:
+            try:
+                given[key] = _check_value(spelling.name(key), fields[key], value)
+            except ConfigError as e:
+                raise ConfigError(str(e), key) from None
+    decode = dataclasses.replace(decode, **given)
+    if decode.n_best > decode.beam:
+        name = spelling.name
+        beam = f"{name('beam')} {decode.beam}" if "beam" in given else f"the run's beam ({decode.beam})"
+        raise ConfigError(
+            f"{spelling.lead.format(name=name('n_best'), value=decode.n_best)} is more than {beam}: beam "
+            f"search keeps only that many hypotheses; {spelling.verb} {name('beam')} {decode.n_best} or more",
+            "n_best",
+        )
+    return decode
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     """Cross-field checks that no single field can make."""
     m = cfg.model
@@ -221,8 +260,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(
             f"train.precision: {cfg.train.precision} needs a CUDA device; use bf16 or fp32 on CPU"
         )
-    if cfg.decode.n_best > cfg.decode.beam:
-        raise ConfigError(f"decode.n_best ({cfg.decode.n_best}) must be <= decode.beam ({cfg.decode.beam})")
+    decoding(DecodeConfig(), dataclasses.asdict(cfg.decode))  # n_best <= beam, in the config's terms
     if cfg.data.max_len + 2 > m.max_positions:
         raise ConfigError(
             f"data.max_len ({cfg.data.max_len}) + 2 exceeds model.max_positions ({m.max_positions})"

@@ -17,7 +17,11 @@ class UserError(ValueError):
 
 
 class ConfigError(UserError):
-    """A problem with the user's config or command line."""
+    """A problem with the user's config or command line; `key` names the option, where one is to blame."""
+
+    def __init__(self, message: str, key: str = ""):
+        super().__init__(message)
+        self.key = key
 
 
 class DataError(UserError):

@@ -35,8 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
 from mt.card import card_summary
-from mt.config import DecodeConfig, RunConfig, ServeLimits
-from mt.errors import ServeError
+from mt.config import REQUEST, DecodeConfig, RunConfig, ServeLimits, decoding
+from mt.errors import ConfigError, ServeError
 from mt.model import Seq2Seq, count_parameters
 from mt.rundir import checkpoint_path, load_run
 from mt.worker import Job, Overloaded, Worker
@@ -88,23 +88,18 @@ def checked_lines(lines: list[str], limits: ServeLimits) -> list[str]:
     return [_SURROGATE.sub("\ufffd", line) for line in lines]
 
 
-def decoding(default: DecodeConfig, req: TranslateRequest, limits: ServeLimits) -> DecodeConfig:
+def request_decoding(default: DecodeConfig, req: TranslateRequest, limits: ServeLimits) -> DecodeConfig:
     """The run's decode config with the request's options; a conflict is a 422 naming the option."""
     options = {"beam": req.beam, "n_best": req.n_best, "length_penalty": req.length_penalty}
-    decode = dataclasses.replace(default, **{k: v for k, v in options.items() if v is not None})
-    if decode.beam > limits.max_beam:
+    beam = req.beam or default.beam
+    if beam > limits.max_beam:
         raise Refused(
-            422, "beam", f"beam: {decode.beam} is more than max_beam={limits.max_beam} (mt serve --max-beam)"
+            422, "beam", f"beam: {beam} is more than max_beam={limits.max_beam} (mt serve --max-beam)"
         )
-    if decode.n_best > decode.beam:
-        beam = f"beam {decode.beam}" if req.beam is not None else f"the run's beam ({decode.beam})"
-        raise Refused(
-            422,
-            "n_best",
-            f"n_best: {decode.n_best} is more than {beam}: beam search keeps only "
-            f"that many hypotheses; send beam {decode.n_best} or more",
-        )
-    return decode
+    try:
+        return decoding(default, options, REQUEST)
+    except ConfigError as e:
+        raise Refused(422, e.key, str(e)) from None
 
 
 def validation_error(errors: list[dict], fields: list[str], content_type: str) -> tuple[str, str]:
@@ -266,7 +261,7 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
         """One result per line, in order: the best translation and the n-best list with scores."""
         lines, decode = (
             checked_lines(req.lines, worker.limits),
-            decoding(worker.cfg.decode, req, worker.limits),
+            request_decoding(worker.cfg.decode, req, worker.limits),
         )
         return translation_json(await run("translate", lines, decode) if lines else [], decode)
 
@@ -276,7 +271,7 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
         teacher-forced pass over all the lines as one batch (so its padding shows)."""
         lines, decode = (
             checked_lines(req.lines, worker.limits),
-            decoding(worker.cfg.decode, req, worker.limits),
+            request_decoding(worker.cfg.decode, req, worker.limits),
         )
         if req.index >= len(lines):
             raise Refused(

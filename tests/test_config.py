@@ -137,3 +137,35 @@ def test_cuda_only_precisions_are_refused_on_cpu(tmp_path, precision):
         ConfigError, match=f"train.precision: {precision} needs a CUDA device; use bf16 or fp32 on CPU"
     ):
         load_config(write(tmp_path, f"train:\n  precision: {precision}\n  device: cpu\n"))
+
+
+def test_one_path_from_user_options_to_a_checked_decode_config():
+    """CLI flags, request options and a config file meet DecodeConfig in `decoding`: values are checked
+    as config values, n_best <= beam, and every error is in the user's own spelling, naming the key."""
+    from mt.config import COMMAND_LINE, REQUEST, DecodeConfig, decoding
+
+    run = DecodeConfig(beam=4, length_penalty=0.6)
+    assert decoding(run, {"beam": None, "n_best": 2, "batch_tokens": 999}, COMMAND_LINE) == DecodeConfig(
+        beam=4, n_best=2, length_penalty=0.6, batch_tokens=999
+    )
+    cases = [
+        ({"n_best": 5}, COMMAND_LINE, "--n-best 5 is more than the run's beam (4)", "n_best"),
+        ({"beam": 2, "n_best": 3}, REQUEST, "n_best: 3 is more than beam 2", "n_best"),
+        (
+            {"length_penalty": -1},
+            COMMAND_LINE,
+            "--length-penalty: -1.0 is out of range, must be >= 0.0",
+            None,
+        ),
+        ({"beam": "x"}, REQUEST, "beam: expected int, got str 'x'", None),
+    ]
+    for options, spelling, start, key in cases:
+        with pytest.raises(ConfigError) as e:
+            decoding(run, options, spelling)
+        assert str(e.value).startswith(start) and e.value.key == (key or next(iter(options)))
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({"decode": {"beam": 2, "n_best": 3}})
+    assert str(e.value) == (
+        "decode.n_best: 3 is more than decode.beam 2: beam search keeps only that many hypotheses; "
+        "set decode.beam 3 or more"
+    )
