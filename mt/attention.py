@@ -52,7 +52,10 @@ def attention_maps(
     hyps = [hyp if source else [] for source, hyp in zip(ids, hyps)]  # as translate: empty in, empty out
     batch = make_batch(ids, hyps)
     found = model.attention(src, src_mask, batch.tgt_in.to(device), batch.tgt_mask.to(device))
-    piece = lambda seq: [tokenizer.sp.id_to_piece(i) if i != PAD else "<pad>" for i in seq.tolist()]  # noqa: E731
+
+    def piece(seq: Tensor) -> list[str]:
+        return [tokenizer.sp.id_to_piece(i) if i != PAD else "<pad>" for i in seq.tolist()]
+
     texts = tokenizer.decode(hyps)
     return [
         AttentionMap(

@@ -105,8 +105,8 @@ def load_runs(paths: list[str | Path], setting: str = "test") -> list[Run]:
 
 
 def _signatures_without_version(result: dict) -> tuple[str, str]:
-    strip = lambda s: re.sub(r"\|version:[^|]*", "", s)  # noqa: E731 - the sacrebleu version does not change a score
-    return strip(result["bleu_signature"]), strip(result["chrf_signature"])
+    # the sacrebleu version does not change a score
+    return tuple(re.sub(r"\|version:[^|]*", "", result[k]) for k in ("bleu_signature", "chrf_signature"))
 
 
 def comparability(base: dict | None, other: dict | None) -> str:

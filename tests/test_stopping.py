@@ -49,7 +49,9 @@ def ten_seconds_an_update(monkeypatch):
 def test_max_minutes_stops_at_the_first_update_past_the_budget_and_counts_across_restarts(
     tmp_path, tiny, ten_seconds_an_update
 ):
-    cfg = lambda minutes: load_config(ROOT / "configs/toy.yaml", tiny + [f"train.max_minutes={minutes}"])  # noqa: E731
+    def cfg(minutes):
+        return load_config(ROOT / "configs/toy.yaml", tiny + [f"train.max_minutes={minutes}"])
+
     first = train(cfg(0.5), tmp_path / "run")
     assert (first["step"], first["stopped"], first["elapsed_s"]) == (3, "reached train.max_minutes=0.5", 30.0)
     second = train(cfg(1.0), tmp_path / "run")  # resumes with 30 s already spent
