@@ -253,8 +253,8 @@ def add_error_handlers(app: FastAPI) -> None:
 
 
 def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
-    async def run(kind: str, lines: list[str], decode: DecodeConfig, index: int = 0) -> list:
-        return await asyncio.wrap_future(worker.submit(Job(kind, lines, decode, index)))
+    async def run(job: Job) -> list:
+        return await asyncio.wrap_future(worker.submit(job))
 
     @app.post("/translate")
     async def translate(req: TranslateRequest) -> dict:
@@ -263,7 +263,7 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
             checked_lines(req.lines, worker.limits),
             request_decoding(worker.cfg.decode, req, worker.limits),
         )
-        return translation_json(await run("translate", lines, decode) if lines else [], decode)
+        return translation_json(await run(Job.translate(lines, decode)) if lines else [], decode)
 
     @app.post("/attention")
     async def attention(req: AttentionRequest) -> dict:
@@ -277,7 +277,7 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
             raise Refused(
                 422, "index", f"index: {req.index} is not a line of the request ({len(lines)} lines)"
             )
-        return (await run("attention", lines, decode, req.index))[0]
+        return (await run(Job.attention(lines, decode, req.index)))[0]
 
     @app.get("/health")
     async def health() -> JSONResponse:

@@ -11,6 +11,7 @@ import logging
 import queue
 import threading
 import time
+from typing import Callable, Hashable
 
 import torch
 
@@ -29,11 +30,24 @@ class Overloaded(Exception):  # the queue is full or the decoding thread has sto
 
 @dataclasses.dataclass
 class Job:
-    kind: str  # "translate" or "attention" (of lines[index], in a batch of all)
+    """A request's lines and its work: `work(worker, lines)` gives one result per line of all the jobs
+    in its group. Jobs with one `merge_key` are computed in one call; None: never merged."""
+
     lines: list[str]
-    decode: DecodeConfig
-    index: int = 0
+    work: Callable[[Worker, list[str]], list]
+    merge_key: Hashable | None
     future: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
+
+    @staticmethod
+    def translate(lines: list[str], decode: DecodeConfig) -> Job:
+        """n-best translations of the lines; merged with every translation with the same options."""
+        return Job(lines, lambda worker, group: worker.translate(group, decode), ("translate", decode))
+
+    @staticmethod
+    def attention(lines: list[str], decode: DecodeConfig, index: int) -> Job:
+        """The attention of lines[index] in a batch of all the lines: the batch is what the page shows,
+        so it is never merged."""
+        return Job(lines, lambda worker, group: worker.attention(group, decode, index), None)
 
 
 class Worker:
@@ -72,13 +86,15 @@ class Worker:
         self.queue.put(job)
         return job.future
 
-    def compute(self, kind: str, lines: list[str], decode: DecodeConfig, index: int = 0) -> list:
-        if kind == "attention":  # [line index's], as JSON here: torch stays in this thread
-            found = attention_maps(self.model, self.tokenizer, lines, decode, self.device)
-            return [attention_json(found[index], self.model.cfg.n_heads)]
+    def translate(self, lines: list[str], decode: DecodeConfig) -> list:
         return translate_nbest(
             self.model, self.tokenizer, lines, decode, self.device, max_source_pieces=self.cfg.data.max_len
         )
+
+    def attention(self, lines: list[str], decode: DecodeConfig, index: int) -> list:
+        """[line index's attention], as JSON here: torch stays in this thread."""
+        found = attention_maps(self.model, self.tokenizer, lines, decode, self.device)
+        return [attention_json(found[index], self.model.cfg.n_heads)]
 
     def _take(self) -> list[Job] | None:
         """The jobs of the next round, up to max_batch_lines: all waiting ones, and those that come
@@ -111,10 +127,9 @@ class Worker:
         self.running.set()
         try:
             while (jobs := self._take()) is not None:
-                groups: dict[tuple, list[Job]] = {}
-                for job in jobs:  # attention batches are what the page shows: never merged
-                    key = (job.kind, job.decode) if job.kind == "translate" else (id(job),)
-                    groups.setdefault(key, []).append(job)
+                groups: dict[Hashable, list[Job]] = {}
+                for job in jobs:
+                    groups.setdefault(job.merge_key if job.merge_key is not None else id(job), []).append(job)
                 for group in groups.values():
                     self._answer(group)
         finally:
@@ -127,7 +142,7 @@ class Worker:
     def _answer(self, group: list[Job]) -> None:
         try:
             lines = [line for job in group for line in job.lines]
-            results = self.compute(group[0].kind, lines, group[0].decode, group[0].index)
+            results = group[0].work(self, lines)
             self.batches += 1
         except Exception as e:  # a bug: each waiting request gets a 500, the server goes on
             log.exception("decoding failed")

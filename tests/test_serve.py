@@ -106,7 +106,7 @@ def test_a_line_break_or_a_lone_surrogate_inside_an_item_stays_one_line(client, 
 def test_waiting_requests_are_merged_into_one_batch_and_answered_in_order(served):
     worker = make_worker(served)
     requests = [ODD[i % 3 : i % 3 + 1 + i % 2] + [f"Der Hund {i} ."] for i in range(12)]
-    jobs = [Job("translate", lines, served[1].decode) for lines in requests]
+    jobs = [Job.translate(lines, served[1].decode) for lines in requests]
     for job in jobs:  # queued before the worker starts: its first round takes them all
         worker.queue.put(job)
     worker.start()
@@ -124,8 +124,8 @@ def test_waiting_requests_are_merged_into_one_batch_and_answered_in_order(served
 
 def test_requests_with_other_options_are_decoded_apart(served):
     worker = make_worker(served)
-    greedy = Job("translate", ["Der Hund ."], served[1].decode)
-    beam = Job("translate", ["Der Hund ."], dataclasses.replace(served[1].decode, beam=2, n_best=2))
+    greedy = Job.translate(["Der Hund ."], served[1].decode)
+    beam = Job.translate(["Der Hund ."], dataclasses.replace(served[1].decode, beam=2, n_best=2))
     worker.queue.put(greedy), worker.queue.put(beam)
     worker.start()
     assert greedy.future.result(timeout=60) == expected(served, ["Der Hund ."])
@@ -136,7 +136,7 @@ def test_requests_with_other_options_are_decoded_apart(served):
 
 def test_a_request_whose_client_went_away_is_skipped_and_the_worker_goes_on(served):
     worker = make_worker(served)
-    gone, kept = (Job("translate", [line], served[1].decode) for line in ("a", "b"))
+    gone, kept = (Job.translate([line], served[1].decode) for line in ("a", "b"))
     worker.queue.put(gone), worker.queue.put(kept)
     assert gone.future.cancel()  # what asyncio does to it when the client disconnects
     worker.start()
@@ -148,13 +148,13 @@ def test_a_request_whose_client_went_away_is_skipped_and_the_worker_goes_on(serv
 def test_a_full_queue_is_503_not_a_hang(served):
     worker = make_worker(served, max_queue=2)
     release = threading.Event()
-    compute = worker.compute
-    worker.compute = lambda *args: (release.wait(30), compute(*args))[1]
+    translate = worker.translate
+    worker.translate = lambda *args: (release.wait(30), translate(*args))[1]
     worker.start()
-    first = worker.submit(Job("translate", ["a"], served[1].decode))
+    first = worker.submit(Job.translate(["a"], served[1].decode))
     while worker.queue.qsize():  # the worker has taken it and waits on `release`
         time.sleep(0.01)
-    waiting = [worker.submit(Job("translate", ["b"], served[1].decode)) for _ in range(2)]
+    waiting = [worker.submit(Job.translate(["b"], served[1].decode)) for _ in range(2)]
     with TestClient(create_app(worker, {})) as c:
         response = c.post("/translate", json={"lines": ["c"]})
         assert response.status_code == 503 and response.headers["retry-after"] == "1"
@@ -170,14 +170,14 @@ def test_a_full_queue_is_503_not_a_hang(served):
 
 def test_a_failing_decoder_is_a_500_and_the_server_goes_on(client):
     worker = client.app.state.worker
-    compute = worker.compute
-    worker.compute = lambda *args: 1 / 0
+    translate = worker.translate
+    worker.translate = lambda *args: 1 / 0
     response = client.post("/translate", json={"lines": ["a"]})
     assert (response.status_code, response.json()) == (
         500,
         {"error": "internal error (ZeroDivisionError); the server log has the traceback"},
     )
-    worker.compute = compute
+    worker.translate = translate
     assert client.post("/translate", json={"lines": ["a"]}).status_code == 200
     assert client.get("/health").json()["status"] == "ok"
 
