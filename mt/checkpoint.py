@@ -137,7 +137,7 @@ def average_models(paths: list[Path]) -> dict:
         "model": mean,
         "config": first["config"],
         "vocab_size": first["vocab_size"],
-        **{k: first[k] for k in ("tokenizer_sha256",) if k in first},
+        "tokenizer_sha256": first["tokenizer_sha256"],
         "averaged": [str(p) for p in paths],
     }
 

@@ -293,10 +293,9 @@ _KIND_OF = {"int": "integer", "float": "number"}
 WINDOW = Record(
     {k: Field(_KIND_OF[type(v).__name__], minimum=0) for k, v in EMPTY_WINDOW.items()}, closed=True
 )
-# Progress's own fields; optional, since a checkpoint of an older mt lacks the newer ones (their defaults)
-PROGRESS = Record(
+PROGRESS = Record(  # Progress's own fields, every one: they become its arguments
     {
-        f.name: optional("object", record=WINDOW) if f.name == "window" else optional(_KIND_OF[f.type])
+        f.name: Field("object", record=WINDOW) if f.name == "window" else Field(_KIND_OF[f.type])
         for f in dataclasses.fields(Progress)
     },
     closed=True,
@@ -307,9 +306,7 @@ CHECKPOINT = Record(
         "model": Field("tensors"),
         "config": Field("object"),  # a RunConfig's dict: mt.config checks it (checkpoint.stored_config)
         "vocab_size": Field("integer", minimum=1),
-        "tokenizer_sha256": optional(
-            "string"
-        ),  # of the spm.model it was trained with; absent in an older mt's
+        "tokenizer_sha256": Field("string"),  # of the spm.model it was trained with
         "progress": optional("object", record=PROGRESS),  # last.pt, best.pt, ckpt-*.pt
         "optimizer": optional("object"),  # last.pt, best.pt: torch's state dicts, checked as they load
         "scaler": optional("object"),

@@ -66,7 +66,7 @@ def run_tokenizer(run_dir: Path, ckpt: dict, ckpt_name: str, fix: str) -> Tokeni
         proto = path.read_bytes()
     except OSError as e:
         raise RunDirError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
-    if ckpt.get("tokenizer_sha256") not in (None, hashlib.sha256(proto).hexdigest()):  # None: an older mt's
+    if ckpt["tokenizer_sha256"] != hashlib.sha256(proto).hexdigest():
         raise RunDirError(
             f"{path}: not the tokenizer {ckpt_name} was trained with (its sha256 differs: damaged "
             f"or replaced); restore the run's spm.model"
@@ -120,7 +120,8 @@ def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, 
     ckpt = load_checkpoint(path)
     if any(k not in ckpt for k in RESUME_KEYS):
         raise RunDirError(
-            f"{path}: written by an older mt without resume state; use another --run-dir or --force-new"
+            f"{path}: not a checkpoint to resume from (it lacks the optimizer and training state, as "
+            f"best.pt, averaged.pt and ckpt-*.pt do); restore last.pt, or use --force-new"
         )
     stored = config_to_dict(stored_config(ckpt, path))
     diff = config_differences(stored, config_to_dict(cfg), ignore=RESUMABLE_KEYS)

@@ -296,15 +296,11 @@ def spm_model(ws: Workspace, data: bytes) -> Outcome:
     return _translate_with(ws.fresh()[0], "spm.model", data)
 
 
-def spm_model_unchecked(ws: Workspace, data: bytes) -> Outcome:
-    """The same with a checkpoint of an mt that did not record the sha256: sentencepiece parses it."""
-    import torch
+def spm_model_parsed(ws: Workspace, data: bytes) -> Outcome:
+    """The damaged bytes parsed as a sentencepiece model (the sha256 check above stops them earlier)."""
+    from mt.tokenizer import Tokenizer
 
-    run, _ = ws.fresh()
-    ckpt = torch.load(run / "best.pt", weights_only=True)
-    ckpt.pop("tokenizer_sha256", None)
-    torch.save(ckpt, run / "best.pt")
-    return _translate_with(run, "spm.model", data)
+    return run_reader(lambda: Tokenizer(data, "spm.model"))
 
 
 def best_checkpoint(ws: Workspace, data: bytes) -> Outcome:
@@ -463,7 +459,7 @@ READERS = {  # name -> (the valid bytes to damage (from a Workspace), the reader
     "multi30k manifest": (lambda ws: _multi30k(ws, ws.fresh()[1] / "data"), multi30k_manifest),
     "binarized cache": (lambda ws: _cache_meta(ws), binarized_cache),
     "spm.model": (lambda ws: (ws.run / "spm.model").read_bytes(), spm_model),
-    "spm.model (no sha)": (lambda ws: (ws.run / "spm.model").read_bytes(), spm_model_unchecked),
+    "spm.model (parsed)": (lambda ws: (ws.run / "spm.model").read_bytes(), spm_model_parsed),
     "best.pt": (lambda ws: (ws.run / "best.pt").read_bytes(), best_checkpoint),
     "last.pt": (lambda ws: (ws.run / "last.pt").read_bytes(), last_checkpoint),
     "ckpt-*.pt": (lambda ws: sorted(ws.run.glob("ckpt-*.pt"))[-1].read_bytes(), kept_checkpoint),

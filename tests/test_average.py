@@ -21,7 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def hand_made(path: Path, cfg: RunConfig, seed: int) -> dict:
     torch.manual_seed(seed)
     model = Seq2Seq(cfg.model, 50)
-    ckpt = {"model": model.state_dict(), "config": config_to_dict(cfg), "vocab_size": 50}
+    ckpt = {
+        "model": model.state_dict(),
+        "config": config_to_dict(cfg),
+        "vocab_size": 50,
+        "tokenizer_sha256": "0" * 64,
+    }
     torch.save(ckpt, path)
     return ckpt["model"]
 
