@@ -314,4 +314,4 @@ CHECKPOINT = Record(
         "averaged": optional("list"),  # averaged.pt: the files it is the mean of
     }
 )
-RESUME_KEYS = ("progress", "optimizer", "scaler", "rng")  # what a checkpoint to resume from holds besides
+RESUME_KEYS = ("progress", "optimizer", "scaler", "rng")  # what last.pt holds beyond a kept model (resume)

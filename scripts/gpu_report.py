@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # mt from this checkout, installed or not (the GPU machine)
 
+from mt.card import read_card  # noqa: E402
 from mt.toy import TINY_MODEL  # noqa: E402 - after the path; mt.toy imports no torch
 
 PARTS = ["env", "gpu-tests", "bench", "train", "resume", "cpu-suite"]
@@ -74,6 +75,11 @@ class Kit:
     def save(self) -> None:
         (self.out / "report.json").write_text(json.dumps(self.report, indent=1) + "\n")
         (self.out / "report.md").write_text(markdown(self.report))
+
+
+def set_flags(sets) -> list[str]:
+    """key.path=value overrides as `--set` flags."""
+    return [flag for s in sets for flag in ("--set", s)]
 
 
 def json_lines(text: str) -> list[dict]:
@@ -170,7 +176,7 @@ def part_bench(kit: Kit) -> dict:
                 kit.args.device,
                 "--precisions",
                 *precisions,
-                *[a for s in kit.sets if not s.startswith("train.device=") for a in ("--set", s)],
+                *set_flags(s for s in kit.sets if not s.startswith("train.device=")),
             ],
             600,
         )
@@ -187,10 +193,10 @@ def part_train(kit: Kit) -> dict:
         kit.configs[0],
         "--run-dir",
         str(run),
-        *[a for s in sets for a in ("--set", s)],
+        *set_flags(sets),
         seconds=60 * minutes + 300,
     )
-    card = json.loads((run / "card.json").read_text())
+    card = read_card(run)  # checked, as mt report reads it
     found = {
         "config": kit.configs[0],
         "minutes": minutes,
@@ -206,7 +212,7 @@ def part_train(kit: Kit) -> dict:
             "evaluate", "--run", str(run), "--split", "test", "--beam", str(beam), "--device", kit.args.device
         )
         key = "test" if beam == 1 else "test-beam5"
-        result = json.loads((run / "card.json").read_text())["results"][key]
+        result = read_card(run)["results"][key]
         found["test"][key] = {"bleu": round(result["bleu"], 2), "chrf": round(result["chrf"], 2)}
         timing = json_lines(
             kit.run(
@@ -251,9 +257,7 @@ def part_resume(kit: Kit) -> dict:
     for name, budgets in (("straight", [2 * steps]), ("resumed", [steps, 2 * steps])):
         for budget in budgets:
             sets = base + [f"train.max_steps={budget}"]
-            kit.mt(
-                "train", TINY_CONFIG, "--run-dir", str(runs / name), *[a for s in sets for a in ("--set", s)]
-            )
+            kit.mt("train", TINY_CONFIG, "--run-dir", str(runs / name), *set_flags(sets))
     straight, resumed = metrics_losses(runs / "straight"), metrics_losses(runs / "resumed")
     found = {
         "steps": 2 * steps,
