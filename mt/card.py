@@ -18,7 +18,7 @@ import torch
 from mt.config import RunConfig, base_config, config_differences, config_to_dict
 from mt.errors import RunDirError
 from mt.files import write_text
-from mt.records import CARD, require
+from mt.records import Card, require
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 NOT_TRAINING = ("name", "base")  # keys that do not change what is trained or how it is scored
@@ -86,7 +86,7 @@ def hardware(device: torch.device, processes: int = 1) -> dict:
 
 
 def read_card(run_dir: str | Path) -> dict:
-    """DIR/card.json ({} if there is none), checked against records.CARD; a damaged one is a one-line
+    """DIR/card.json ({} if there is none), checked against records.Card; a damaged one is a one-line
     DataError (and is never overwritten)."""
     path = Path(run_dir) / "card.json"
     fix = f"restore it, or delete it and run `mt evaluate --run {path.parent}` to write a new one"
@@ -98,7 +98,7 @@ def read_card(run_dir: str | Path) -> dict:
         raise RunDirError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
     except (ValueError, RecursionError):  # not UTF-8 or not JSON
         raise RunDirError(f"{path}: damaged (not JSON); {fix}") from None
-    return require(card, CARD, path, fix)
+    return require(card, Card, path, fix)
 
 
 def card_summary(run_dir: str | Path) -> dict:

@@ -25,7 +25,7 @@ from mt.config import RunConfig, apply_overrides, config_differences, config_fro
 from mt.errors import ConfigError, RunDirError
 from mt.files import atomic_write
 from mt.model import Seq2Seq
-from mt.records import CHECKPOINT, Progress, problem
+from mt.records import Checkpoint, Progress, problem
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ def load_checkpoint(path: str | Path) -> dict:
         ) from None
     except Exception:  # noqa: BLE001 - truncated, damaged, a folder, or not a torch file at all
         raise RunDirError(f"{path}: damaged or not a checkpoint; delete it or train again") from None
-    found = problem(ckpt, CHECKPOINT)  # its metadata: every key mt reads, of the kind mt writes
+    found = problem(Checkpoint, ckpt)  # its metadata: every key mt reads, of the kind mt writes
     if found:
         raise RunDirError(f"{path}: damaged or not an mt checkpoint ({found}); delete it or train again")
     return ckpt

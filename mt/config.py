@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,89 +17,82 @@ import yaml
 
 from mt.errors import ConfigError
 from mt.files import write_text
-
-
-def _choice(default: str, *choices: str) -> Any:
-    return field(default=default, metadata={"choices": choices})
-
-
-def _range(default: float, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> Any:
-    return field(default=default, metadata={"lo": lo, "hi": hi, "lo_open": lo_open})
+from mt.schema import Mismatch, build, check_value, choice, fields_of, within
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    corpus: str = _choice("multi30k", "multi30k", "toy", "files")
+    corpus: str = choice("multi30k", "multi30k", "toy", "files")
     # multi30k: folder holding multi30k/ ("" = $MT_DATA_DIR, else download into data/);
     # files: folder holding {train,val,test}.{src_lang,tgt_lang}, plain or .gz
     dir: str = ""
     src_lang: str = "de"  # multi30k and toy: de or en; files: the files' suffix
     tgt_lang: str = "en"
-    max_len: int = _range(100, 1)  # training pairs with more pieces on either side are dropped
+    max_len: int = within(100, 1)  # training pairs with more pieces on either side are dropped
 
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    vocab_size: int = _range(8000, 16)
-    character_coverage: float = _range(1.0, 0.9, 1.0)
-    sample_sentences: int = _range(2_000_000, 1000)  # lines (both sides) BPE learns from: a seeded sample
+    vocab_size: int = within(8000, 16)
+    character_coverage: float = within(1.0, 0.9, 1.0)
+    sample_sentences: int = within(2_000_000, 1000)  # lines (both sides) BPE learns from: a seeded sample
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    d_model: int = _range(256, 8)
-    n_heads: int = _range(4, 1)
-    layers: int = _range(3, 1)  # encoder layers = decoder layers
-    d_ff: int = _range(1024, 8)
-    dropout: float = _range(0.1, 0.0, 0.99)  # embeddings and residual branches
-    attention_dropout: float = _range(0.0, 0.0, 0.99)  # on attention weights (forces SDPA's slow path)
-    activation_dropout: float = _range(0.0, 0.0, 0.99)  # inside the feed-forward block
-    norm: str = _choice("pre", "pre", "post")
+    d_model: int = within(256, 8)
+    n_heads: int = within(4, 1)
+    layers: int = within(3, 1)  # encoder layers = decoder layers
+    d_ff: int = within(1024, 8)
+    dropout: float = within(0.1, 0.0, 0.99)  # embeddings and residual branches
+    attention_dropout: float = within(0.0, 0.0, 0.99)  # on attention weights (forces SDPA's slow path)
+    activation_dropout: float = within(0.0, 0.0, 0.99)  # inside the feed-forward block
+    norm: str = choice("pre", "pre", "post")
     tie_embeddings: bool = True
-    max_positions: int = _range(512, 8)
+    max_positions: int = within(512, 8)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    lr: float = _range(1e-3, 0.0, lo_open=True)  # peak learning rate, reached after warmup
-    warmup_steps: int = _range(400, 1)
-    schedule: str = _choice(
+    lr: float = within(1e-3, 0.0, lo_open=True)  # peak learning rate, reached after warmup
+    warmup_steps: int = within(400, 1)
+    schedule: str = choice(
         "inverse_sqrt", "inverse_sqrt", "linear"
     )  # after warmup; linear: to 0 at the budget's end
-    max_tokens: int = _range(4096, 16)  # per batch: sentences x longest side, padding included
-    max_steps: int = _range(100_000, 1)
-    max_minutes: float = _range(0.0, 0.0)  # wall-clock budget for the loop; 0 = none
-    label_smoothing: float = _range(0.1, 0.0, 0.99)
-    precision: str = _choice("fp32", "fp32", "tf32", "bf16", "fp16")  # tf32: fp32 with TF32 matmuls (CUDA)
-    device: str = _choice("auto", "auto", "cpu", "cuda")
-    dist_backend: str = _choice(
+    max_tokens: int = within(4096, 16)  # per batch: sentences x longest side, padding included
+    max_steps: int = within(100_000, 1)
+    max_minutes: float = within(0.0, 0.0)  # wall-clock budget for the loop; 0 = none
+    label_smoothing: float = within(0.1, 0.0, 0.99)
+    precision: str = choice("fp32", "fp32", "tf32", "bf16", "fp16")  # tf32: fp32 with TF32 matmuls (CUDA)
+    device: str = choice("auto", "auto", "cpu", "cuda")
+    dist_backend: str = choice(
         "auto", "auto", "nccl", "gloo"
     )  # under torchrun; auto = nccl on GPUs, else gloo
-    clip_norm: float = _range(1.0, 0.0)  # 0 = no clipping
-    accumulate: int = _range(1, 1)  # batches per optimizer step
-    patience: int = _range(0, 0)  # validations without a best_metric gain before stopping; 0 = off
-    best_metric: str = _choice(
+    clip_norm: float = within(1.0, 0.0)  # 0 = no clipping
+    accumulate: int = within(1, 1)  # batches per optimizer step
+    patience: int = within(0, 0)  # validations without a best_metric gain before stopping; 0 = off
+    best_metric: str = choice(
         "bleu", "bleu", "loss"
     )  # what best.pt and patience follow: val BLEU up or val loss down
-    keep_last: int = _range(0, 0)  # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
-    average_last: int = _range(0, 0)  # at the end, write averaged.pt: the mean of the last N kept models
-    valid_every: int = _range(500, 1)
-    valid_beam: int = _range(1, 1)  # beam of validation decoding, which best.pt is best at; fixed for a run
-    save_every: int = _range(0, 0)  # also write last.pt every N steps; 0 = at validations only
-    log_every: int = _range(50, 1)
-    max_nonfinite: int = _range(5, 1)  # updates in a row with a non-finite loss before training stops
+    keep_last: int = within(0, 0)  # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
+    average_last: int = within(0, 0)  # at the end, write averaged.pt: the mean of the last N kept models
+    valid_every: int = within(500, 1)
+    valid_beam: int = within(1, 1)  # beam of validation decoding, which best.pt is best at; fixed for a run
+    save_every: int = within(0, 0)  # also write last.pt every N steps; 0 = at validations only
+    log_every: int = within(50, 1)
+    max_nonfinite: int = within(5, 1)  # updates in a row with a non-finite loss before training stops
     seed: int = 1
-    threads: int = _range(0, 0)  # torch CPU threads; 0 = torch's default
+    threads: int = within(0, 0)  # torch CPU threads; 0 = torch's default
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    beam: int = _range(1, 1)  # 1 = greedy
-    n_best: int = _range(1, 1)  # hypotheses per sentence written by translate (<= beam)
-    length_penalty: float = _range(1.0, 0.0)  # GNMT alpha: rank by logprob / ((5 + length) / 6) ** alpha
-    max_len_a: float = _range(1.5, 0.0)  # output length limit = a * source length + b
-    max_len_b: int = _range(10, 1)
-    batch_tokens: int = _range(6000, 16)  # source tokens (padding included) per decoding batch
+    beam: int = within(1, 1)  # 1 = greedy
+    n_best: int = within(1, 1)  # hypotheses per sentence written by translate (<= beam)
+    length_penalty: float = within(1.0, 0.0)  # GNMT alpha: rank by logprob / ((5 + length) / 6) ** alpha
+    max_len_a: float = within(1.5, 0.0)  # output length limit = a * source length + b
+    max_len_b: int = within(10, 1)
+    batch_tokens: int = within(6000, 16)  # source tokens (padding included) per decoding batch
 
 
 @dataclass(frozen=True)
@@ -127,33 +119,6 @@ class RunConfig:
     decode: DecodeConfig = DecodeConfig()
 
 
-_LEAF_TYPES = {"int": int, "float": float, "str": str, "bool": bool}  # annotations are strings
-
-
-def _check_value(path: str, f: dataclasses.Field, value: Any) -> Any:
-    """Type-check and range-check one leaf value; returns it coerced (int -> float, '5e-4' -> float)."""
-    kind = _LEAF_TYPES[f.type]
-    if kind is float and isinstance(value, str):
-        try:
-            value = float(value)  # YAML 1.1 reads 5e-4 as a string
-        except ValueError:
-            pass
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"{path}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
-    meta = f.metadata
-    if "choices" in meta and value not in meta["choices"]:
-        raise ConfigError(f"{path}: {value!r} is not one of {', '.join(meta['choices'])}")
-    lo, hi = meta.get("lo"), meta.get("hi")
-    if lo is not None and (value < lo or (meta.get("lo_open") and value == lo)):
-        bound = f"> {lo}" if meta.get("lo_open") else f">= {lo}"
-        raise ConfigError(f"{path}: {value!r} is out of range, must be {bound}")
-    if hi is not None and value > hi:
-        raise ConfigError(f"{path}: {value!r} is out of range, must be <= {hi}")
-    return value
-
-
 # What users of JoeyNMT and fairseq call some of our keys: "did you mean" hints for them.
 ALIASES = {
     "learning_rate": "lr",
@@ -174,27 +139,12 @@ ALIASES = {
 }
 
 
-def _build(cls: type, raw: Any, path: str) -> Any:
-    """Build dataclass `cls` from a mapping, rejecting unknown keys with the closest valid name."""
-    where = path or "config"
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in raw.items():
-        key_path = f"{path}.{key}" if path else str(key)
-        if key not in fields:
-            close = difflib.get_close_matches(str(key), fields, n=1) or [
-                ALIASES[a] for a in difflib.get_close_matches(str(key), ALIASES, n=1) if ALIASES[a] in fields
-            ]
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(f"unknown key '{key_path}'{hint} valid keys: {', '.join(fields)}")
-        f = fields[key]
-        if dataclasses.is_dataclass(f.default):
-            kwargs[key] = _build(type(f.default), value, key_path)
-        else:
-            kwargs[key] = _check_value(key_path, f, value)
-    return cls(**kwargs)
+def _typed(raw: Any) -> RunConfig:
+    """A RunConfig from a mapping, every key and value checked (mt.schema); a ConfigError names the key."""
+    try:
+        return build(RunConfig, raw, "", ALIASES)
+    except Mismatch as e:
+        raise ConfigError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -216,13 +166,13 @@ def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling =
     """`decode` with the user's decoding `options` (None: keep decode's), each checked as a config
     value, and n_best <= beam: the one path from CLI flags, an HTTP request or a config file to a
     checked DecodeConfig. A ConfigError's `key` is the option to blame."""
-    fields = {f.name: f for f in dataclasses.fields(DecodeConfig)}
+    fields = fields_of(DecodeConfig)
     given = {}
     for key, value in options.items():
         if value is not None:
             try:
-                given[key] = _check_value(spelling.name(key), fields[key], value)
-            except ConfigError as e:
+                given[key] = check_value(spelling.name(key), *fields[key], value)
+            except Mismatch as e:
                 raise ConfigError(str(e), key) from None
     decode = dataclasses.replace(decode, **given)
     if decode.n_best > decode.beam:
@@ -293,7 +243,7 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
 
 
 def config_from_dict(raw: dict) -> RunConfig:
-    return validate(_build(RunConfig, raw, ""))
+    return validate(_typed(raw))
 
 
 def _read_yaml(path: Path) -> dict:
@@ -353,12 +303,12 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
     raw = _read_with_bases(path)
     raw.setdefault("name", path.stem)
     try:
-        _build(RunConfig, raw, "")
+        _typed(raw)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     for item in overrides:  # each on its own, so that a bad key or value is blamed on the flag
         try:
-            _build(RunConfig, apply_overrides(copy.deepcopy(raw), [item]), "")
+            _typed(apply_overrides(copy.deepcopy(raw), [item]))
         except ConfigError as e:
             raise ConfigError(f"--set {item}: {e}") from None
     try:

@@ -61,7 +61,7 @@ class Run:
 
 
 def result_problem(card: dict, setting: str) -> str:
-    """What in a checked card (records.CARD) the report cannot use for `setting` ("" = nothing)."""
+    """What in a checked card (records.Card) the report cannot use for `setting` ("" = nothing)."""
     result = card.get("results", {}).get(setting)
     if result is not None and any(Path(result[k]).name != result[k] for k in ("hyp_file", "ref_file")):
         return f"results.{setting} names files outside the run directory"

@@ -35,7 +35,7 @@ from mt.config import RunConfig, config_differences, config_to_dict, save_config
 from mt.errors import RunDirError
 from mt.files import write_text
 from mt.model import Seq2Seq
-from mt.records import RESUME_KEYS, Progress, metrics_row_problem
+from mt.records import RESUME_KEYS, Progress, metrics_row_problem, progress_of
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ def restore(
         raise RunDirError(
             f"last.pt: damaged training state ({type(e).__name__}: {detail}); restore it, or use --force-new"
         ) from None
-    return Progress(**ckpt["progress"])
+    return progress_of(ckpt)
 
 
 def archive_previous(run_dir: Path) -> None:

@@ -26,7 +26,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt import checkpoint, distributed, rundir
 from mt.config import RunConfig, TrainConfig
-from mt.records import EMPTY_WINDOW, Progress
+from mt.records import Progress, Window, progress_of
 from mt.session import Session, best_so_far, finish, save, setup, summary, write_metrics
 from mt.step import StepStats, learning_rate, train_step
 from mt.validation import validate
@@ -42,17 +42,13 @@ class TrainingError(RuntimeError):
 def count_update(s: Session, stats: StepStats, seconds: float) -> None:
     """Add an update to the counters; a skipped one is logged, and too many in a row end training."""
     p, t = s.progress, s.cfg.train
-    p.window["seconds"] += seconds
+    p.window.seconds += seconds
     p.train_seconds += seconds
     if stats.stepped:
         p.step, p.nonfinite_streak, p.tokens = p.step + 1, 0, p.tokens + stats.tokens
-        for key, value in [
-            ("loss", stats.loss),
-            ("nll", stats.nll),
-            ("tgt", stats.target_tokens),
-            ("tokens", stats.tokens),
-        ]:
-            p.window[key] += value
+        w = p.window
+        w.loss, w.nll = w.loss + stats.loss, w.nll + stats.nll
+        w.tgt, w.tokens = w.tgt + stats.target_tokens, w.tokens + stats.tokens
         return
     if stats.overflow:  # fp16: no step, no lr or token count, and no error
         p.scaler_skips += 1
@@ -80,9 +76,9 @@ def count_update(s: Session, stats: StepStats, seconds: float) -> None:
 def log_train(s: Session, bar: tqdm) -> None:
     """The train line: metrics.jsonl, the log, and the progress bar; then a new window."""
     p, w = s.progress, s.progress.window
-    loss, nll = w["loss"] / w["tgt"], w["nll"] / w["tgt"]
+    loss, nll = w.loss / w.tgt, w.nll / w.tgt
     lr = s.optimizer.param_groups[0]["lr"]
-    tok_s = w["tokens"] / max(w["seconds"], 1e-9)
+    tok_s = w.tokens / max(w.seconds, 1e-9)
     write_metrics(
         s,
         {
@@ -113,7 +109,7 @@ def log_train(s: Session, bar: tqdm) -> None:
         clock(eta),
     )
     bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:.0f}", eta=clock(eta))
-    p.window = dict(EMPTY_WINDOW)
+    p.window = Window()
 
 
 def clock(seconds: float) -> str:
@@ -216,8 +212,8 @@ def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
     that stopped it, `stopped`: the stop condition)."""
     ranks, t, run_dir = distributed.ranks_from_env(), cfg.train, Path(run_dir)
     resumed = None if force_new else rundir.resume_checkpoint(cfg, run_dir, ranks.world)
-    if resumed and stop_reason(t, Progress(**resumed[0]["progress"])):  # say so before loading any data
-        return already_finished(run_dir, t, Progress(**resumed[0]["progress"]))
+    if resumed and stop_reason(t, progress_of(resumed[0])):  # say so before loading any data
+        return already_finished(run_dir, t, progress_of(resumed[0]))
     with contextlib.ExitStack() as cleanup:
         s = setup(cfg, run_dir, force_new, resumed, ranks, cleanup)
         p = s.progress

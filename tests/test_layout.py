@@ -13,6 +13,7 @@ import pytest
 ORDER = [
     "errors",
     "files",
+    "schema",
     "config",
     "records",
     "tokenizer",

@@ -146,7 +146,7 @@ def test_a_card_field_of_another_type_is_named(capsys, run, tmp_path):
     (run / "card.json").write_text(json.dumps(card))
     code, err = run_main(capsys, "report", str(run), "--out", str(tmp_path / "r.md"))
     assert code == 2 and err == (
-        f"mt: error: {run}/card.json: damaged (results.test.bleu is a string, not a number); "
+        f"mt: error: {run}/card.json: damaged (results.test.bleu: expected float, got str 'high'); "
         f"restore it, or delete it and run `mt evaluate --run {run}` to write a new one\n"
     )
 
@@ -165,9 +165,9 @@ def test_a_card_result_without_its_length_penalty_is_named(capsys, run, tmp_path
     (run / "card.json").write_text(json.dumps(card, indent=2))
     before = file_hashes(run)
     code, err = run_main(capsys, "report", str(run), "--out", str(tmp_path / "r.md"))
-    what = "is null" if damage == "null" else "is missing"
+    what = ": expected float, got null" if damage == "null" else " is missing"
     assert code == 2 and err == (
-        f"mt: error: {run}/card.json: damaged (results.test.length_penalty {what}); "
+        f"mt: error: {run}/card.json: damaged (results.test.length_penalty{what}); "
         f"restore it, or delete it and run `mt evaluate --run {run}` to write a new one\n"
     )
     assert file_hashes(run) == before
