@@ -68,22 +68,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     return EXIT_ON_SIGNAL.get(result["interrupted"], 0)
 
 
+def _decoding_flags(args: argparse.Namespace) -> dict:
+    """The DecodeConfig keys given as flags (a flag's dest is its key: --n-best is n_best)."""
+    given = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(DecodeConfig)}
+    return {key: value for key, value in given.items() if value is not None}
+
+
 def _decoding(decode: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
     """The run's decode config with the decoding flags given on the command line; a conflict is named
     in the flags' terms."""
-    flags = {
-        "beam": args.beam,
-        "n_best": getattr(args, "n_best", None),
-        "length_penalty": args.length_penalty,
-        "batch_tokens": args.batch_tokens,
-    }
-    return decoding(decode, flags, COMMAND_LINE)
+    return decoding(decode, _decoding_flags(args), COMMAND_LINE)
 
 
 def _flag_overrides(args: argparse.Namespace) -> list[str]:
     """The decoding flags given, as overrides of the run's decode config (argparse checked each)."""
-    flags = {"beam": args.beam, "length_penalty": args.length_penalty, "batch_tokens": args.batch_tokens}
-    return [f"decode.{k}={v}" for k, v in flags.items() if v is not None]
+    return [f"decode.{k}={v}" for k, v in _decoding_flags(args).items()]
 
 
 def _read_input(path: str | None) -> list[str]:

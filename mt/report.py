@@ -312,7 +312,8 @@ def plot_curves(runs: list[Run], path: Path):
         axes[1][col].set(xlabel=xlabel, ylabel="validation BLEU (beam train.valid_beam)")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # a panel no run has points for gets no empty legend
+            ax.legend(fontsize=8)
     for ax in axes[1]:  # at least 2 BLEU on the axis: 0.0141 vs 0.0142 must not look like a gap
         low, high = ax.get_ylim()
         if high - low < 2.0:

@@ -56,6 +56,9 @@ class Refused(Exception):
 
 
 class TranslateRequest(BaseModel):
+    """A request's lines and decoding options: each option is named as in DecodeConfig, which
+    `request_decoding` fills from them."""
+
     model_config = ConfigDict(extra="forbid")
     lines: list[StrictStr]
     beam: StrictInt | None = Field(None, ge=1, description="beam size; 1 = greedy; default: the run's")
@@ -90,7 +93,7 @@ def checked_lines(lines: list[str], limits: ServeLimits) -> list[str]:
 
 def request_decoding(default: DecodeConfig, req: TranslateRequest, limits: ServeLimits) -> DecodeConfig:
     """The run's decode config with the request's options; a conflict is a 422 naming the option."""
-    options = {"beam": req.beam, "n_best": req.n_best, "length_penalty": req.length_penalty}
+    options = req.model_dump(include={f.name for f in dataclasses.fields(DecodeConfig)})
     beam = req.beam or default.beam
     if beam > limits.max_beam:
         raise Refused(

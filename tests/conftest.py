@@ -1,16 +1,35 @@
-"""Shared fixtures: the toy corpus, a small tokenizer, random and trained models, tiny run overrides."""
+"""Shared fixtures: the toy corpus, a small tokenizer, random and trained models, tiny run overrides,
+the tiny runs several test files read (one 4-step run scored on its test split, two 30-step runs for
+the report, a run to serve), and the helpers those files share."""
 
 from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from mt.config import ModelConfig, TrainConfig
+from mt.cli import main
+from mt.config import ModelConfig, ServeLimits, TrainConfig, load_config
 from mt.batching import BatchStream, Pairs
+from mt.evaluate import evaluate_run
 from mt.model import Seq2Seq
+from mt.rundir import load_run
 from mt.tokenizer import train_tokenizer
 from mt.toy import TINY_MODEL, toy_corpus
 from mt.step import inverse_sqrt_lr, train_step
+from mt.train import train
+from mt.translate import translate_nbest
+from mt.worker import Worker
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # A tiny model on the small corpus (400 toy pairs), on one thread of the CPU (also where a GPU is
 # visible: tests/test_gpu.py chooses CUDA itself): every training test starts from this list and adds
@@ -89,7 +108,7 @@ def text_model(tokenizer):
 @pytest.fixture(scope="session")
 def trained_model(tokenizer, toy):
     """The same architecture after 300 updates on 2,000 toy pairs: it ends hypotheses with eos, at
-    different steps for different sentences (tests/test_beam.py checks that it does)."""
+    different steps for different sentences (tests/test_decode.py checks that it does)."""
     torch.manual_seed(0)
     model = Seq2Seq(TEXT_MODEL, tokenizer.vocab_size)
     optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
@@ -109,3 +128,130 @@ def any_model(request):
     """Each decoding test runs on a random model (hypotheses cut at the limit) and a trained one
     (hypotheses ending with eos at different steps)."""
     return request.getfixturevalue(request.param)
+
+
+# Helpers: mt as a command (a subprocess, or main() in this process), and what a run directory holds.
+
+
+def mt_cli(*args: str, stdin: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """`python -m mt ARGS` in a subprocess of this checkout: its exit code, stdout and stderr."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "mt", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
+
+
+def sets(items: list[str]) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def run_main(capsys, *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+def file_hashes(folder: Path) -> dict:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "train.log"
+    }
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def weights(path: Path) -> dict:
+    return torch.load(path, weights_only=True)["model"]
+
+
+@pytest.fixture(scope="session")
+def trained(tiny, tmp_path_factory):
+    """The shared tiny run: 4 steps on the small corpus, scored on its test split: (run dir, the
+    overrides that made it). Tests that change its files work on a copy (`run`)."""
+    run = tmp_path_factory.mktemp("trained") / "run"
+    overrides = tiny + ["train.max_steps=4"]
+    train(load_config(ROOT / "configs/toy.yaml", overrides), run)
+    assert main(["evaluate", "--run", str(run), "--device", "cpu"]) == 0
+    return run, overrides
+
+
+@pytest.fixture
+def run(trained, tmp_path):
+    """A private copy of the shared tiny run."""
+    copy = tmp_path / "run"
+    shutil.copytree(trained[0], copy)
+    return copy
+
+
+# an epoch is 15 updates of 2 batches, so runs cross epochs; dropout makes the RNG state matter
+RESUME = ["train.accumulate=2", "train.warmup_steps=5", "train.valid_every=7", "model.dropout=0.1"]
+
+
+@pytest.fixture
+def tiny_resume(tiny):
+    return tiny + RESUME
+
+
+@pytest.fixture
+def tiny_config(tiny_resume):
+    return lambda *extra: load_config(ROOT / "configs/toy.yaml", tiny_resume + list(extra))
+
+
+REPORT = [
+    "model.layers=2",
+    "train.log_every=5",
+    "train.valid_every=10",
+    "train.max_steps=30",
+    "train.lr=0.005",
+]
+
+
+@pytest.fixture(scope="session")
+def two_runs(tiny, tmp_path_factory):
+    """Two tiny toy runs that differ in label smoothing, each evaluated on the test split."""
+    root = tmp_path_factory.mktemp("report")
+    runs = []
+    for name, eps in [("ls01", "0.1"), ("ls0", "0.0")]:
+        cfg = load_config(ROOT / "configs/toy.yaml", tiny + REPORT + [f"train.label_smoothing={eps}"])
+        train(cfg, root / name)
+        evaluate_run(root / name, "test", "cpu")
+        runs.append(root / name)
+    return runs
+
+
+ODD = [
+    "Der Hund sieht die Katze .",
+    "",
+    "   ",
+    "Die\tKatze\x00 schläft\x1b .",
+    "Ein Mann\u2028läuft .",
+    "kaputt \ufffd hier",
+    " ".join(["Der Hund sieht die Katze ."] * 40),
+]  # the last: more pieces than max_len
+
+
+@pytest.fixture(scope="session")
+def served(tiny, tmp_path_factory):
+    """A run trained for 6 steps, loaded once: (run dir, cfg, tokenizer, model)."""
+    run = tmp_path_factory.mktemp("served") / "run"
+    train(load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=6", "data.max_len=20"]), run)
+    return (run, *load_run(run))
+
+
+def make_worker(served, **limits) -> Worker:
+    run, cfg, tokenizer, model = served
+    return Worker(model, tokenizer, cfg, "cpu", ServeLimits(**limits))
+
+
+def expected(served, lines: list[str], **options) -> list[list[tuple[str, float]]]:
+    run, cfg, tokenizer, model = served
+    decode = dataclasses.replace(cfg.decode, **options)
+    return translate_nbest(model, tokenizer, lines, decode, "cpu", max_source_pieces=cfg.data.max_len)

@@ -137,3 +137,13 @@ def test_batch_stream_crosses_epochs_and_is_the_seeded_epochs(toy, tokenizer):
     for e in (1, 2):  # every epoch is its seeded batches, each taken once, in order
         assert runs[0][e] == [flat(b) for b in reference_epoch(src, tgt, 600, 3, e)]
     assert runs[0][1] != runs[0][2]
+
+
+def test_batch_shift_masks_and_ntokens_match_hand_built():
+    b = make_batch([[5, 6, 7], [8]], [[9, 10], [11, 12, 13]])
+    assert b.src.tolist() == [[5, 6, 7, EOS], [8, EOS, PAD, PAD]]
+    assert b.src_mask.tolist() == [[True, True, True, True], [True, True, False, False]]
+    assert b.tgt_in.tolist() == [[BOS, 9, 10, PAD], [BOS, 11, 12, 13]]
+    assert b.tgt_out.tolist() == [[9, 10, EOS, PAD], [11, 12, 13, EOS]]
+    assert b.tgt_mask.tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert b.src_mask.dtype == torch.bool and b.ntokens == 7

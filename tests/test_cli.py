@@ -1,30 +1,13 @@
-"""The command line end to end on the toy config, and its one-line errors."""
+"""mt/cli.py: the command line end to end on the toy config (train, translate, evaluate), and its
+one-line errors."""
 
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from mt.translate import score
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def mt(*args: str, stdin: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "mt", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=600,
-    )
+from conftest import mt_cli
 
 
 @pytest.mark.slow
@@ -35,7 +18,7 @@ def test_train_translate_evaluate_toy(tmp_path, tiny):
         for item in tiny + ["train.max_steps=12", "train.valid_every=6", "train.log_every=3"]
         for arg in ("--set", item)
     ]
-    result = mt("train", "configs/toy.yaml", "--run-dir", str(run), *sets)
+    result = mt_cli("train", "configs/toy.yaml", "--run-dir", str(run), *sets)
     assert result.returncode == 0, result.stderr
     for name in ["config.yaml", "spm.model", "train.log", "metrics.jsonl", "last.pt", "best.pt"]:
         assert (run / name).is_file(), name
@@ -50,13 +33,13 @@ def test_train_translate_evaluate_toy(tmp_path, tiny):
     assert re.search(r"step 12/12 \| .* \| elapsed \d+s \| eta 0m00s\n", log)
 
     lines = "Der Hund sieht die Katze.\n\nDie Frau lacht.\n   \n"
-    out = mt("translate", "--run", str(run), stdin=lines)
+    out = mt_cli("translate", "--run", str(run), stdin=lines)
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.splitlines()) == 4 and out.stdout.endswith("\n")
     assert out.stdout.splitlines()[1] == out.stdout.splitlines()[3] == ""
 
     (tmp_path / "in.txt").write_text(lines)
-    out = mt(
+    out = mt_cli(
         "translate",
         "--run",
         str(run),
@@ -68,29 +51,29 @@ def test_train_translate_evaluate_toy(tmp_path, tiny):
     assert out.returncode == 0 and len((tmp_path / "o.txt").read_text().splitlines()) == 4
     assert out.stderr.splitlines()[-1] == f"wrote {tmp_path / 'o.txt'} (4 lines)"
 
-    out = mt("translate", "--run", str(run), "--beam", "3", "--n-best", "2", stdin=lines)
+    out = mt_cli("translate", "--run", str(run), "--beam", "3", "--n-best", "2", stdin=lines)
     assert out.returncode == 0, out.stderr
     rows = [line.split(" ||| ") for line in out.stdout.splitlines()]
     assert [int(r[0]) for r in rows] == [0, 0, 1, 2, 2, 3]  # empty lines get one empty hypothesis
     assert all(len(r) == 3 for r in rows) and rows[2][1] == ""
-    bad = mt("translate", "--run", str(run), "--beam", "2", "--n-best", "3", stdin=lines)
+    bad = mt_cli("translate", "--run", str(run), "--beam", "2", "--n-best", "3", stdin=lines)
     assert bad.returncode == 2
     assert bad.stderr == (
         "mt: error: --n-best 3 is more than --beam 2: beam search keeps only that many "
         "hypotheses; add --beam 3 or more\n"
     )
-    bad = mt("translate", "--run", str(run), "--n-best", "3", stdin=lines)
+    bad = mt_cli("translate", "--run", str(run), "--n-best", "3", stdin=lines)
     assert bad.returncode == 2
     assert bad.stderr == (
         "mt: error: --n-best 3 is more than the run's beam (1): beam search keeps only that many "
         "hypotheses; add --beam 3 or more\n"
     )
 
-    ev = mt("evaluate", "--run", str(run), "--split", "test", "--beam", "2")
+    ev = mt_cli("evaluate", "--run", str(run), "--split", "test", "--beam", "2")
     assert ev.returncode == 0, ev.stderr
     assert json.loads((run / "eval-test-beam2.json").read_text())["beam"] == 2
 
-    ev = mt("evaluate", "--run", str(run), "--split", "test")
+    ev = mt_cli("evaluate", "--run", str(run), "--split", "test")
     assert ev.returncode == 0, ev.stderr
     scores = json.loads((run / "eval-test.json").read_text())
     assert {"bleu", "chrf", "bleu_signature", "chrf_signature", "sentences"} <= set(scores)
@@ -101,7 +84,7 @@ def test_train_translate_evaluate_toy(tmp_path, tiny):
 
 
 def test_unknown_key_is_one_line_exit_2(tmp_path):
-    result = mt(
+    result = mt_cli(
         "train", "configs/toy.yaml", "--run-dir", str(tmp_path / "r"), "--set", "train.lerning_rate=1"
     )
     assert result.returncode == 2  # blamed on the flag that brought it; JoeyNMT's name hints at ours
@@ -115,7 +98,9 @@ def test_unknown_key_is_one_line_exit_2(tmp_path):
 
 
 def test_bad_value_is_one_line_exit_2(tmp_path):
-    result = mt("train", "configs/toy.yaml", "--run-dir", str(tmp_path / "r"), "--set", "model.dropout=-1")
+    result = mt_cli(
+        "train", "configs/toy.yaml", "--run-dir", str(tmp_path / "r"), "--set", "model.dropout=-1"
+    )
     assert result.returncode == 2
     assert (
         result.stderr
@@ -125,68 +110,30 @@ def test_bad_value_is_one_line_exit_2(tmp_path):
 
 
 def test_missing_config_file(tmp_path):
-    result = mt("train", str(tmp_path / "nope.yaml"))
+    result = mt_cli("train", str(tmp_path / "nope.yaml"))
     assert result.returncode == 2
     assert result.stderr == f"mt: error: {tmp_path / 'nope.yaml'}: config file not found\n"
 
 
 def test_translate_without_checkpoint(tmp_path):
-    result = mt("translate", "--run", str(tmp_path), stdin="Hallo\n")
+    result = mt_cli("translate", "--run", str(tmp_path), stdin="Hallo\n")
     assert result.returncode == 2
     assert result.stderr.startswith(f"mt: error: {tmp_path / 'best.pt'}: no checkpoint; train first")
     assert result.stderr.count("\n") == 1
 
 
 def test_translate_missing_input_file(tmp_path):
-    result = mt("translate", "--run", str(tmp_path), "--input", str(tmp_path / "nope.de"))
+    result = mt_cli("translate", "--run", str(tmp_path), "--input", str(tmp_path / "nope.de"))
     assert result.returncode == 2
     assert result.stderr == f"mt: error: {tmp_path / 'nope.de'}: input file not found\n"
-
-
-def test_version_and_help_do_not_import_torch():
-    code = (
-        "import sys; from mt.cli import build_parser; p = build_parser(); p.format_help(); "
-        "[c.format_help() for c in p.commands.values()]; print('torch' in sys.modules)"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=60,
-    )
-    assert result.stdout == "False\n"
-    version = mt("--version")
-    assert version.returncode == 0 and version.stdout == "mt 0.1.0\n"
-
-
-def test_an_unknown_option_is_named_before_a_missing_one():
-    result = mt("translate", "--rum", "runs/toy")
-    assert result.returncode == 2
-    assert result.stderr == (
-        "mt translate: error: unrecognized arguments: --rum runs/toy; did you mean --run?; "
-        "see mt translate --help\n"
-    )  # one line: the usage is one --help away
-    result = mt("translate")
-    assert result.stderr == (
-        "mt translate: error: the following arguments are required: --run; see mt translate --help\n"
-    )
-    result = mt("translate", "--run", "r", "--be\x0cam", "2")  # a form feed is a line break to str.splitlines
-    assert result.stderr == (
-        "mt translate: error: unrecognized arguments: --be am 2; did you mean --beam?; see mt "
-        "translate --help\n"
-    )
-    assert "--n-best" not in mt("evaluate", "--help").stdout  # translate's alone
-    assert "(default: runs/report.md)" in " ".join(mt("report", "--help").stdout.split())
 
 
 @pytest.mark.slow
 def test_checkpoints_files_and_finished_runs(tmp_path, tiny):
     run = tmp_path / "run"
     sets = [arg for item in tiny + ["train.max_steps=3", "train.valid_every=100"] for arg in ("--set", item)]
-    assert mt("train", "configs/toy.yaml", "--run-dir", str(run), *sets).returncode == 0
-    again = mt("train", "configs/toy.yaml", "--run-dir", str(run), *sets)
+    assert mt_cli("train", "configs/toy.yaml", "--run-dir", str(run), *sets).returncode == 0
+    again = mt_cli("train", "configs/toy.yaml", "--run-dir", str(run), *sets)
     assert again.returncode == 0 and "kept" not in again.stderr  # no data loaded
     bleu = json.loads((run / "card.json").read_text())["training"]["best_val_bleu"]
     assert again.stderr.splitlines()[-1].endswith(
@@ -194,7 +141,7 @@ def test_checkpoints_files_and_finished_runs(tmp_path, tiny):
         f"raise train.max_steps (or max_minutes, patience) with --set to train further"
     )
     (run / "best.pt").unlink()  # as if stopped before its first validation
-    out = mt("translate", "--run", str(run), stdin="Der Hund sieht die Katze.\n")
+    out = mt_cli("translate", "--run", str(run), stdin="Der Hund sieht die Katze.\n")
     assert out.returncode == 0 and out.stdout.count("\n") == 1
     assert (
         f"WARNING mt.rundir: {run}/best.pt: not written yet (no validation so far); using {run}/last.pt"
@@ -203,7 +150,7 @@ def test_checkpoints_files_and_finished_runs(tmp_path, tiny):
     src, ref = tmp_path / "news.de", tmp_path / "news.en"
     src.write_text("Der Hund sieht die Katze.\nDie Frau lacht.\n")
     ref.write_text("The dog sees the cat.\nThe woman laughs.\n")
-    ev = mt("evaluate", "--run", str(run), "--checkpoint", "last", "--src", str(src), "--ref", str(ref))
+    ev = mt_cli("evaluate", "--run", str(run), "--checkpoint", "last", "--src", str(src), "--ref", str(ref))
     assert ev.returncode == 0, ev.stderr
     assert (
         ev.stdout.startswith("news.de: BLEU ")
@@ -215,7 +162,7 @@ def test_checkpoints_files_and_finished_runs(tmp_path, tiny):
         f"{run}/eval-news.de-last.json, {run}/card.json"
     )
     assert json.loads((run / "eval-news.de-last.json").read_text())["sentences"] == 2
-    half = mt("evaluate", "--run", str(run), "--src", str(src))
+    half = mt_cli("evaluate", "--run", str(run), "--src", str(src))
     assert half.returncode == 2
     assert (
         half.stderr == "mt: error: --src and --ref go together: a source file and its reference translation\n"

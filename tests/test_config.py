@@ -1,3 +1,6 @@
+"""mt/config.py: YAML -> frozen dataclasses: unknown keys, types, choices and ranges refused naming the
+key, overrides, base configs, and every shipped config valid; a bad config file is one line, exit 2."""
+
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from mt.config import (
     save_config,
 )
 from mt.errors import ConfigError
+from conftest import run_main
 
 CONFIGS = sorted(Path(__file__).resolve().parents[1].glob("configs/*.yaml"))
 
@@ -169,3 +173,42 @@ def test_one_path_from_user_options_to_a_checked_decode_config():
         "decode.n_best: 3 is more than decode.beam 2: beam search keeps only that many hypotheses; "
         "set decode.beam 3 or more"
     )
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("model: [1, 2\n", "{p}: line 2 is not valid YAML (expected ',' or ']', but got '<stream end>')"),
+        ("- model\n- train\n", "{p}: expected a YAML mapping of sections, got list"),
+        ("model:\n  layers: three\n", "{p}: model.layers: expected int, got str 'three'"),
+        ("model: 3\n", "{p}: model: expected a mapping, got int"),
+        ("model:\n  d_model: 30\n", "{p}: model.d_model (30) must be divisible by model.n_heads (4)"),
+        ("model:\n  dropout: -0.1\n", "{p}: model.dropout: -0.1 is out of range, must be >= 0.0"),
+        ("train:\n  warmup_steps: 0\n", "{p}: train.warmup_steps: 0 is out of range, must be >= 1"),
+        ("train:\n  lr: 0\n", "{p}: train.lr: 0.0 is out of range, must be > 0.0"),
+        (
+            "trian:\n  lr: 1\n",
+            "{p}: unknown key 'trian'; did you mean 'train'? valid keys: name, base, data, tokenizer, "
+            "model, train, decode",
+        ),
+        (
+            "data:\n  corpus: files\n",
+            "{p}: data.dir: data.corpus 'files' needs data.dir, a folder holding "
+            "{{train,val,test}}.{{src_lang,tgt_lang}}",
+        ),
+    ],
+)
+def test_bad_config(capsys, tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    code, err = run_main(capsys, "train", str(path), "--run-dir", str(tmp_path / "run"))
+    assert code == 2
+    assert err == "mt: error: " + message.format(p=path) + "\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_unreadable_config(capsys, tmp_path):
+    (tmp_path / "c.yaml").write_bytes(b"name: \xff\n")
+    code, err = run_main(capsys, "train", str(tmp_path / "c.yaml"))
+    assert code == 2
+    assert err.startswith(f"mt: error: {tmp_path / 'c.yaml'}: cannot read config (") and err.count("\n") == 1

@@ -1,5 +1,5 @@
-"""The binarized training corpus: ids round-trip to text, the drop rule for empty and long pairs, a
-damaged or stale cache is rebuilt, the tokenizer's sample is seeded."""
+"""mt/corpus.py: the binarized training corpus: ids round-trip to text, the drop rule for empty and
+long pairs, a damaged or stale cache is rebuilt, the tokenizer's sample is seeded."""
 
 import logging
 

@@ -1,3 +1,7 @@
+"""mt/data.py: reading corpus files (gzip or plain, normalised, split on newlines only), the Multi30k
+download and its checks, and every damaged or misaligned corpus refused in one line before anything
+is written."""
+
 import gzip
 import hashlib
 import json
@@ -10,7 +14,7 @@ import pytest
 from mt.config import DataConfig
 from mt.data import load_split, multi30k_dir, normalize, read_lines, read_parallel, split_lines
 from mt.errors import DataError
-from mt.toy import SPLIT_SIZES, toy_corpus
+from conftest import run_main, sets
 
 SHARED = os.environ.get("MT_DATA_DIR", "")
 needs_multi30k = pytest.mark.skipif(
@@ -95,22 +99,6 @@ def test_missing_file(tmp_path):
         read_lines(tmp_path / "nope.gz")
 
 
-def test_toy_corpus_is_deterministic_and_disjoint():
-    a, b = toy_corpus(), toy_corpus()
-    assert a == b
-    for split, size in SPLIT_SIZES.items():
-        assert len(a[split][0]) == len(a[split][1]) == size
-    train = set(a["train"][0])
-    assert not train & set(a["test"][0]) and not train & set(a["val"][0])
-    assert toy_corpus(seed=2)["train"][0][:5] != a["train"][0][:5]
-
-
-def test_toy_split_by_language():
-    de, en = load_split(DataConfig(corpus="toy"), "test")
-    en2, de2 = load_split(DataConfig(corpus="toy", src_lang="en", tgt_lang="de"), "test")
-    assert (de, en) == (de2, en2)
-
-
 def fake_release(folder: Path) -> dict:
     """A tiny stand-in corpus and its manifest, to test download and verification offline."""
     folder.mkdir()
@@ -171,3 +159,69 @@ def test_multi30k_splits_load_normalised():
     src, _ = load_split(cfg, "train")
     assert not any("\t" in s or "\u00a0" in s or s != s.strip() for s in src)
     assert src[7365].count("  ") == 0  # the line with a TAB in the raw file
+
+
+def test_a_damaged_gzip_corpus_is_one_line(capsys, small_corpus, tiny, tmp_path):
+    """Issue 16's first traceback: corrupted deflate data inside a .gz corpus file (zlib.error)."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(small_corpus, corpus)
+    packed = bytearray(gzip.compress((corpus / "train.de").read_bytes(), mtime=0))
+    packed[len(packed) // 2] ^= 0xFF  # inside the deflate stream: the header and the size are intact
+    (corpus / "train.de").unlink()
+    (corpus / "train.de.gz").write_bytes(bytes(packed))
+    code, err = run_main(
+        capsys,
+        "train",
+        "configs/toy.yaml",
+        "--run-dir",
+        str(tmp_path / "run"),
+        *sets(tiny + [f"data.dir={corpus}"]),
+    )
+    last = err.splitlines()[-1]  # after the log's "run directory ..." line
+    assert code == 2 and "Traceback" not in err and err.count("error:") == 1
+    assert last.startswith(
+        f"mt: error: {corpus}/train.de.gz: damaged compressed file (Error -3 while decompressing"
+    )
+    assert last.endswith("; download or copy it again")
+    assert not (tmp_path / "run").exists()  # nothing was written
+
+
+@pytest.fixture
+def corpus(small_corpus, tmp_path):
+    folder = tmp_path / "corpus"
+    shutil.copytree(small_corpus, folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        (lambda d: (d / "train.en").unlink(), "{d}/train.en: file not found"),
+        (
+            lambda d: ((d / "train.en").unlink(), (d / "train.en").mkdir()),
+            "{d}/train.en: cannot read (Is a directory); check the path and its permissions",
+        ),
+        (lambda d: (d / "train.en").write_text(""), "{d}/train.en: file is empty"),
+        (
+            lambda d: (d / "train.en").write_text("one\ntwo\n"),
+            "{d}/train.de has 400 lines but {d}/train.en has 2; the two sides must be line-aligned",
+        ),
+        (
+            lambda d: (d / "train.de").write_bytes(b"gut\nauch gut\nnicht \xc3\x28 gut\n"),
+            "{d}/train.de: line 3 is not valid UTF-8; re-encode the file as UTF-8",
+        ),
+    ],
+)
+def test_bad_corpus(capsys, corpus, tmp_path, tiny, damage, message):
+    damage(corpus)
+    code, err = run_main(
+        capsys,
+        "train",
+        "configs/toy.yaml",
+        "--run-dir",
+        str(tmp_path / "run"),
+        *sets(tiny + [f"data.dir={corpus}"]),
+    )
+    assert code == 2
+    assert err.splitlines()[-1] == "mt: error: " + message.format(d=corpus) and "Traceback" not in err
+    assert not (tmp_path / "run").exists()  # nothing written, not even train.log

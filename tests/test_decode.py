@@ -1,14 +1,21 @@
-"""Greedy decoding on the cache, batching of lines, and the sacreBLEU wrapper.
+"""mt/decode.py: beam search against hand-derived hypotheses (a scripted bigram "decoder"), beam 1
+against greedy, n-best scores against teacher forcing, cached against uncached, batched against one
+by one.
 
 Decoding tests run on two models (the `any_model` fixture): a random one, whose hypotheses all run to
 the length limit, and a trained one, whose hypotheses end with eos at different steps."""
 
-import pytest
+import math
+from types import SimpleNamespace
 
-from mt.config import DecodeConfig
+import pytest
+import torch
+
+from conftest import TEXT_MODEL
 from mt.batching import source_batch
-from mt.decode import greedy_decode
-from mt.translate import score, split_pieces, translate_lines
+from mt.decode import beam_search, greedy_decode, length_penalty
+from mt.model import Seq2Seq
+from mt.tokenizer import BOS, EOS
 
 
 def test_cached_and_uncached_greedy_are_identical(any_model, tokenizer, toy):
@@ -31,50 +38,155 @@ def test_greedy_one_by_one_equals_batched(any_model, tokenizer, toy):
         assert len(alone.tokens) <= len(s) + 1 + 5
 
 
-def test_translate_keeps_one_line_per_input_line(text_model, tokenizer):
-    lines = ["Der Hund sieht die Katze.", "", "   ", "Die Frau liest.", "", "Ein Kind lacht."]
-    out = translate_lines(text_model, tokenizer, lines, DecodeConfig(batch_tokens=32))
-    assert len(out) == len(lines)
-    assert out[1] == out[2] == out[4] == ""
-    assert all("\n" not in line for line in out)
+A, B, C = 4, 5, 6
 
 
-@pytest.mark.parametrize("beam", [1, 3])
-def test_translate_restores_input_order(any_model, tokenizer, toy, beam):
-    lines = toy["test"][0][:20]
-    forward = translate_lines(any_model, tokenizer, lines, DecodeConfig(beam=beam, batch_tokens=64))
-    backward = translate_lines(any_model, tokenizer, lines[::-1], DecodeConfig(beam=beam, batch_tokens=64))
-    one_batch = translate_lines(any_model, tokenizer, lines, DecodeConfig(beam=beam, batch_tokens=100_000))
-    assert forward == backward[::-1] == one_batch
+# next-token probabilities given the last token (a bigram "decoder"); every other entry is 0
+TABLE = {BOS: {A: 0.6, B: 0.4}, A: {EOS: 17 / 30, C: 13 / 30}, B: {C: 0.825, EOS: 0.175}, C: {EOS: 1.0}}
 
 
-def test_bleu_of_identity_is_100():
-    refs = ["The dog bit the man.", "It was not unexpected."]
-    result = score(refs, refs)
-    assert result["bleu"] == pytest.approx(100.0) and result["chrf"] == pytest.approx(100.0)
-    assert result["sentences"] == 2
+class ScriptedModel(torch.nn.Module):
+    """Stands in for Seq2Seq: `decode` returns log TABLE[last token], whatever the source."""
+
+    def __init__(self):
+        super().__init__()
+        self.decoder = [None]
+        self.cfg = SimpleNamespace(max_positions=64)
+        table = torch.full((7, 7), float("-inf"))
+        for prev, row in TABLE.items():
+            for tok, p in row.items():
+                table[prev, tok] = math.log(p)
+        self.table = table
+
+    def encode(self, src, src_mask):
+        return torch.zeros(src.size(0), src.size(1), 1)
+
+    def decode(self, tgt_in, memory, src_mask, cache=None, tgt_mask=None):
+        return self.table[tgt_in[:, -1:]], cache  # (B, 1, V)
 
 
-def test_bleu_matches_sacrebleu_readme_example():
-    refs = [
-        ["The dog bit the man.", "It was not unexpected.", "The man bit him first."],
-        ["The dog had bit the man.", "No one was surprised.", "The man had bitten the dog."],
-    ]
-    hyps = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]
-    result = score(hyps, *refs)
-    assert result["bleu"] == pytest.approx(48.530827, abs=1e-6)
-    assert result["bleu_signature"].startswith("nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:")
-    assert result["chrf_signature"].startswith("nrefs:2|case:mixed|eff:yes|nc:6|nw:0|space:no|version:")
+def run(beam, alpha, n_best=3):
+    src, mask = source_batch([[A, B, C]])
+    return beam_search(
+        ScriptedModel(), src, mask, beam=beam, max_len_a=1.0, max_len_b=5, alpha=alpha, n_best=n_best
+    )[0]
 
 
-def test_split_pieces_cuts_before_word_starts():
-    starts = {10, 20}  # piece ids that begin a word
-    ids = [10, 1, 1, 20, 1, 1, 1, 10, 1, 20, 1]
-    parts = split_pieces(ids, 4, starts.__contains__)
-    assert [p for part in parts for p in part] == ids and all(len(p) <= 4 for p in parts)
-    assert parts == [[10, 1, 1], [20, 1, 1, 1], [10, 1, 20, 1]]
-    assert split_pieces([1] * 9, 4, starts.__contains__) == [
-        [1] * 4,
-        [1] * 4,
-        [1],
-    ]  # no word start: hard cuts
+# By hand, beam 2. Step 1: a (.6), b (.4). Step 2 candidates: a-eos .34, b-c .33, a-c .26, b-eos .07;
+# a-eos ranks within the top 2 and finishes, b-c and a-c go on. Step 3: b-c-eos .33, a-c-eos .26 finish.
+# Finished: [a] .34 (length 2 with eos), [b c] .33 (length 3), [a c] .26 (length 3).
+def test_beam_without_length_penalty_ranks_by_probability():
+    hyps = run(beam=2, alpha=0.0)
+    assert [h.tokens for h in hyps] == [[A], [B, C], [A, C]]
+    assert [h.logprob for h in hyps] == pytest.approx([math.log(0.34), math.log(0.33), math.log(0.26)])
+    assert [h.score for h in hyps] == pytest.approx([math.log(0.34), math.log(0.33), math.log(0.26)])
+
+
+def test_length_penalty_prefers_the_longer_hypothesis():
+    # GNMT alpha = 1: log(.34) / (7/6) = -0.925 < log(.33) / (8/6) = -0.832 > log(.26) / (8/6) = -1.010
+    hyps = run(beam=2, alpha=1.0)
+    assert [h.tokens for h in hyps] == [[B, C], [A], [A, C]]
+    assert [h.score for h in hyps] == pytest.approx(
+        [math.log(0.33) / (8 / 6), math.log(0.34) / (7 / 6), math.log(0.26) / (8 / 6)]
+    )
+    assert length_penalty(3, 1.0) == pytest.approx(8 / 6) and length_penalty(3, 0.0) == 1.0
+
+
+def test_beam_search_computes_only_the_running_sentences_beams():
+    """One row per sentence at the first step (its beams would be identical), then K per running
+    sentence; a done sentence leaves the batch."""
+    rows = []
+
+    class Counting(ScriptedModel):
+        def decode(self, tgt_in, memory, src_mask, cache=None, tgt_mask=None):
+            rows.append(tgt_in.size(0))
+            return super().decode(tgt_in, memory, src_mask, cache, tgt_mask)
+
+    src, mask = source_batch([[A], [A, B, C]])  # limits 2 and 4: the first is done after step 2
+    both = beam_search(Counting(), src, mask, beam=2, max_len_a=1.0, max_len_b=0, alpha=0.0, n_best=2)
+    assert rows == [2, 4, 2]
+    assert [h.tokens for h in both[0]] == [[A], [B, C]]  # at the limit: [b c] without eos
+    assert [h.tokens for h in both[1]] == [[A], [B, C]]  # the hand-derived beam-2 search above
+    assert [h.logprob for h in both[1]] == pytest.approx([math.log(0.34), math.log(0.33)])
+
+
+def test_greedy_takes_the_locally_best_path():
+    src, mask = source_batch([[A, B, C]])
+    [greedy] = greedy_decode(ScriptedModel(), src, mask, 1.0, 5)
+    assert greedy.tokens == [A] and greedy.logprob == pytest.approx(math.log(0.34))
+    assert [h.tokens for h in run(beam=1, alpha=0.0)] == [[A]]
+
+
+def test_length_limit_finishes_without_eos():
+    src, mask = source_batch([[A]])  # limit = 1.0 * (1 + eos) + 0 = 2 tokens
+    hyps = beam_search(ScriptedModel(), src, mask, beam=2, max_len_a=1.0, max_len_b=0, alpha=0.0, n_best=2)[0]
+    assert [h.tokens for h in hyps] == [[A], [B, C]]
+    assert hyps[1].logprob == pytest.approx(math.log(0.33))  # no eos score: it was cut, not ended
+
+
+def test_trained_model_ends_hypotheses_at_different_steps(trained_model, tokenizer, toy):
+    """The premise of the any_model tests: the trained model's hypotheses end with eos, not at the
+    limit, and at different lengths, so eos bookkeeping is exercised; the random model's never do."""
+    ids = tokenizer.encode(toy["test"][0][:8])
+    src, mask = source_batch(ids)
+    limits = [len(s) + 1 + 5 for s in ids]  # a = 1, b = 5
+    greedy = greedy_decode(trained_model, src, mask, 1.0, 5)
+    ended = [len(h.tokens) for h, limit in zip(greedy, limits) if len(h.tokens) < limit]
+    assert len(ended) >= 6 and len(set(ended)) >= 4
+    beams = beam_search(trained_model, src, mask, beam=3, max_len_a=1.0, max_len_b=5, n_best=3)
+    assert len({len(h.tokens) for hyps in beams for h in hyps}) >= 6
+    random_model = greedy_decode(Seq2Seq(TEXT_MODEL, tokenizer.vocab_size).eval(), src, mask, 1.0, 5)
+    assert [len(h.tokens) for h in random_model] == limits  # no eos: every hypothesis hits the limit
+
+
+def test_beam_one_equals_greedy_on_a_model(any_model, tokenizer, toy):
+    src, mask = source_batch(tokenizer.encode(toy["test"][0][:8]))
+    greedy = greedy_decode(any_model, src, mask, 1.0, 5)
+    beam = beam_search(any_model, src, mask, beam=1, max_len_a=1.0, max_len_b=5, alpha=0.0)
+    assert [h[0].tokens for h in beam] == [g.tokens for g in greedy]
+    # float32 sums of ~30 log-probabilities, accumulated in another order: equal to ~1e-6 relative
+    assert [h[0].score for h in beam] == pytest.approx([g.score for g in greedy], rel=1e-6, abs=1e-5)
+
+
+@torch.no_grad()
+def teacher_forced_logprob(model, src: torch.Tensor, src_mask: torch.Tensor, targets: list[int]) -> float:
+    """Sum of log p(target_t | targets before t) for one sentence (src (1, S)), recomputed from scratch."""
+    logits, _ = model.decode(torch.tensor([[BOS] + targets[:-1]]), model.encode(src, src_mask), src_mask)
+    lprobs = torch.log_softmax(logits[0].float(), dim=-1)  # (T, V)
+    return float(lprobs[torch.arange(len(targets)), torch.tensor(targets)].sum())
+
+
+def test_n_best_scores_are_their_hypotheses_probabilities(any_model, tokenizer, toy):
+    src, mask = source_batch(tokenizer.encode(toy["test"][0][:5]))
+    n_best = beam_search(any_model, src, mask, beam=4, n_best=4)  # a = 1.5, b = 10, alpha = 1
+    one_best = beam_search(any_model, src, mask, beam=4, n_best=1)
+    limits = (1.5 * mask.sum(1) + 10).long().tolist()
+    for i, (hyps, best) in enumerate(zip(n_best, one_best)):
+        assert len(hyps) == 4 and hyps[0] == best[0]
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        for h in hyps:
+            ended = len(h.tokens) < limits[i]  # else cut at the limit, without eos
+            targets = h.tokens + [EOS] * ended
+            assert h.logprob == pytest.approx(
+                teacher_forced_logprob(any_model, src[i : i + 1], mask[i : i + 1], targets), abs=1e-4
+            )
+            assert h.score == pytest.approx(h.logprob / length_penalty(len(targets), 1.0), abs=1e-6)
+
+
+def test_beam_one_by_one_equals_batched(any_model, tokenizer, toy):
+    ids = tokenizer.encode(toy["test"][0][:6])
+    batched = beam_search(any_model, *source_batch(ids), beam=3, n_best=3)
+    for i, s in enumerate(ids):
+        alone = beam_search(any_model, *source_batch([s]), beam=3, n_best=3)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
+
+
+def test_cached_and_uncached_beam_are_identical(any_model, tokenizer, toy):
+    src, mask = source_batch(tokenizer.encode(toy["test"][0][:6]))
+    cached = beam_search(any_model, src, mask, beam=3, n_best=3)
+    uncached = beam_search(any_model, src, mask, beam=3, n_best=3, use_cache=False)
+    assert [[h.tokens for h in hyps] for hyps in cached] == [[h.tokens for h in hyps] for hyps in uncached]
+    assert [h.score for hyps in cached for h in hyps] == pytest.approx(
+        [h.score for hyps in uncached for h in hyps], abs=1e-4
+    )

@@ -1,20 +1,11 @@
-"""Masks, causality, padding invariance, incremental decoding, tied weights, attention equivalence."""
+"""mt/model.py: masks, causality, padding invariance, incremental decoding, tied weights, attention
+equivalence, and the attention weights the layers use."""
 
 import torch
 
 from mt.batching import make_batch
 from mt.model import Dropout, KVCache, decoder_self_mask
-from mt.tokenizer import BOS, EOS, PAD
-
-
-def test_batch_shift_masks_and_ntokens_match_hand_built():
-    b = make_batch([[5, 6, 7], [8]], [[9, 10], [11, 12, 13]])
-    assert b.src.tolist() == [[5, 6, 7, EOS], [8, EOS, PAD, PAD]]
-    assert b.src_mask.tolist() == [[True, True, True, True], [True, True, False, False]]
-    assert b.tgt_in.tolist() == [[BOS, 9, 10, PAD], [BOS, 11, 12, 13]]
-    assert b.tgt_out.tolist() == [[9, 10, EOS, PAD], [11, 12, 13, EOS]]
-    assert b.tgt_mask.tolist() == [[True, True, True, False], [True, True, True, True]]
-    assert b.src_mask.dtype == torch.bool and b.ntokens == 7
+from mt.tokenizer import BOS, PAD
 
 
 def test_decoder_self_mask_is_causal_and_hides_padding():
@@ -274,3 +265,22 @@ def test_attention_weights_are_the_ones_the_layers_use(small_model, monkeypatch)
             torch.testing.assert_close(
                 module.out_proj(mixed.transpose(1, 2).reshape(B, T, H * Dh))[real], out[real]
             )
+
+
+def test_cross_attention_weights_reproduce_the_attention_output(small_model):
+    batch = make_batch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]])
+    weights = small_model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)["cross"]
+    assert len(weights) == 2 and weights[0].shape == (2, 4, 4, 5)  # (B, H, T, S)
+    for w in weights:
+        torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 4))
+        assert torch.all(w[1, :, :, 3:] == 0)  # padded source positions get nothing
+    # the weights are the ones the layer uses: weights @ V through out_proj gives its output
+    layer = small_model.decoder[0].cross_attn
+    seen = {}
+    handle = layer.register_forward_hook(lambda m, args, out: seen.update(args=args, out=out))
+    small_model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
+    handle.remove()
+    x, k, v, mask = seen["args"]
+    mixed = layer.weights(x, k, mask) @ v  # (B, H, T, Dh)
+    B, H, T, Dh = mixed.shape
+    torch.testing.assert_close(layer.out_proj(mixed.transpose(1, 2).reshape(B, T, H * Dh)), seen["out"])

@@ -1,58 +1,12 @@
-"""mt/records.py: the one description of each run file, and the check every reader makes with it."""
+"""mt/records.py: the one description of each run file, the check every reader makes with it, and
+Progress, whose train.best_metric decides what improves."""
 
 import json
-from dataclasses import dataclass
-from typing import ClassVar
 
 import pytest
 import torch
 
-from mt.records import Card, Checkpoint, Result, metrics_row_problem, problem
-from mt.schema import within
-
-
-@dataclass(frozen=True, kw_only=True)
-class Inner:
-    s: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Each:
-    open_keys: ClassVar[bool] = True
-    ok: bool
-
-
-@dataclass(frozen=True, kw_only=True)
-class Schema:
-    open_keys: ClassVar[bool] = True
-    n: int = within(lo=1)
-    x: float | None = None
-    inner: Inner = None
-    each: dict[str, Each] = None
-
-
-@pytest.mark.parametrize(
-    "record, expected",
-    [
-        ({"n": 1}, ""),
-        ({"n": 1, "x": None, "inner": {"s": "a"}, "each": {"a": {"ok": True}}, "newer": [1]}, ""),
-        ({}, "n is missing"),
-        ({"n": True}, "n: expected int, got bool True"),  # JSON's true is not 1
-        ({"n": 1.0}, "n: expected int, got float 1.0"),
-        ({"n": 0}, "n: 0 is out of range, must be >= 1"),
-        ({"n": None}, "n: expected int, got null"),
-        ({"n": 1, "x": "one"}, "x: expected float, got str 'one'"),
-        ({"n": 1, "x": float("nan")}, ""),
-        ({"n": 1, "inner": []}, "inner: expected a mapping, got list"),
-        ({"n": 1, "inner": {}}, "inner.s is missing"),
-        ({"n": 1, "inner": {"s": "a", "t": 1}}, "unknown key 'inner.t'; valid keys: s"),
-        ({"n": 1, "each": {"a": {"ok": True}, "b": {"ok": 1}}}, "each.b.ok: expected bool, got int 1"),
-        ({"n": 1, "each": {"a": 3}}, "each.a: expected a mapping, got int"),
-        ([1], "config: expected a mapping, got list"),
-    ],
-)
-def test_problem_names_the_first_key_that_departs(record, expected):
-    assert problem(Schema, record) == expected
+from mt.records import Card, Checkpoint, Progress, Result, metrics_row_problem, problem
 
 
 def test_metrics_rows_are_told_apart_by_their_kind():
@@ -63,6 +17,17 @@ def test_metrics_rows_are_told_apart_by_their_kind():
     )
     assert metrics_row_problem({"step": 2}) == "an object with none of loss, val_bleu, skipped_update"
     assert metrics_row_problem([]) == "a JSON list with none of loss, val_bleu, skipped_update"
+
+
+@pytest.mark.parametrize(
+    "metric,expected", [("bleu", [True, True, False, False]), ("loss", [True, False, True, False])]
+)
+def test_best_metric_decides_what_improves(metric, expected):
+    progress = Progress()
+    results = [(10.0, 3.0), (12.0, 3.1), (11.0, 2.9), (11.5, 2.95)]  # (val BLEU, val loss)
+    got = [progress.record({"val_bleu": b, "val_chrf": 0.0, "val_loss": loss}, metric) for b, loss in results]
+    assert got == expected
+    assert progress.bad_validations == 1 + (metric == "bleu")
 
 
 @pytest.mark.slow

@@ -1,18 +1,13 @@
-"""Run cards, `mt report` (rows, differing keys, paired bootstrap, refusals, plots) and attention maps."""
+"""mt/report.py: `mt report` (rows, differing keys, paired bootstrap, refusals, plots) over runs' cards."""
 
 import json
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
-import torch
 
 from mt.cli import main
-from mt.config import load_config
 from mt.errors import ConfigError
-from mt.batching import make_batch
-from mt.attention import piece_labels, plot_attention
 from mt.evaluate import evaluate_run
 from mt.report import (
     Run,
@@ -22,59 +17,6 @@ from mt.report import (
     plot_curves,
     write_report,
 )
-from mt.train import train
-
-ROOT = Path(__file__).resolve().parents[1]
-REPORT = [
-    "model.layers=2",
-    "train.log_every=5",
-    "train.valid_every=10",
-    "train.max_steps=30",
-    "train.lr=0.005",
-]
-
-
-@pytest.fixture(scope="module")
-def two_runs(tiny, tmp_path_factory):
-    """Two tiny toy runs that differ in label smoothing, each evaluated on the test split."""
-    root = tmp_path_factory.mktemp("report")
-    runs = []
-    for name, eps in [("ls01", "0.1"), ("ls0", "0.0")]:
-        cfg = load_config(ROOT / "configs/toy.yaml", tiny + REPORT + [f"train.label_smoothing={eps}"])
-        train(cfg, root / name)
-        evaluate_run(root / name, "test", "cpu")
-        runs.append(root / name)
-    return runs
-
-
-@pytest.mark.slow
-def test_card_fields_are_present_and_typed(two_runs):
-    card = json.loads((two_runs[0] / "card.json").read_text())
-    assert card["config"]["name"] == "toy" and len(card["config"]["hash"]) == 12
-    assert card["config"]["base"] == "defaults"
-    assert card["config"]["differences"]["model.d_model"] == [256, 32]
-    assert isinstance(card["parameters"], int) and card["parameters"] > 0
-    assert len(card["code"]["git_commit"]) in (40, len("unknown")) and card["precision"] == "fp32"
-    assert card["hardware"]["device"] == "cpu" and card["hardware"]["threads"] == 1
-    t = card["training"]
-    assert (t["steps"], t["epochs"], t["stopped"]) == (30, 1, "reached train.max_steps=30")
-    assert all(isinstance(t[k], float) for k in ("wall_s", "train_s", "tokens_per_s", "best_val_bleu"))
-    assert t["best_step"] in (10, 20, 30)
-    test = card["results"]["test"]
-    assert set(test) >= {
-        "bleu",
-        "chrf",
-        "bleu_signature",
-        "chrf_signature",
-        "length_ratio",
-        "refs_sha256",
-        "sentences",
-        "beam",
-        "hyp_file",
-        "ref_file",
-    }
-    assert test["sentences"] == 40 and test["bleu_signature"].startswith("nrefs:1|case:mixed")
-    assert isinstance(test["length_ratio"], float) and test["length_ratio"] > 0
 
 
 @pytest.mark.slow
@@ -182,72 +124,6 @@ def test_report_needs_cards(tmp_path, capsys):
     )
 
 
-@pytest.mark.slow
-def test_attention_command_writes_png(two_runs, tmp_path, capsys):
-    out = tmp_path / "att.png"
-    assert (
-        main(
-            [
-                "attention",
-                "--run",
-                str(two_runs[0]),
-                "Der Hund sieht die Katze .",
-                "--out",
-                str(out),
-                "--per-head",
-            ]
-        )
-        == 0
-    )
-    assert out.read_bytes()[:4] == b"\x89PNG"
-
-
-def test_cross_attention_weights_reproduce_the_attention_output(small_model):
-    batch = make_batch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]])
-    weights = small_model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)["cross"]
-    assert len(weights) == 2 and weights[0].shape == (2, 4, 4, 5)  # (B, H, T, S)
-    for w in weights:
-        torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 4))
-        assert torch.all(w[1, :, :, 3:] == 0)  # padded source positions get nothing
-    # the weights are the ones the layer uses: weights @ V through out_proj gives its output
-    layer = small_model.decoder[0].cross_attn
-    seen = {}
-    handle = layer.register_forward_hook(lambda m, args, out: seen.update(args=args, out=out))
-    small_model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
-    handle.remove()
-    x, k, v, mask = seen["args"]
-    mixed = layer.weights(x, k, mask) @ v  # (B, H, T, Dh)
-    B, H, T, Dh = mixed.shape
-    torch.testing.assert_close(layer.out_proj(mixed.transpose(1, 2).reshape(B, T, H * Dh)), seen["out"])
-
-
-@pytest.mark.slow
-def test_evaluate_rebuilds_a_missing_card_from_metrics(two_runs, tmp_path):
-    run = tmp_path / "old"
-    shutil.copytree(two_runs[0], run)
-    (run / "card.json").unlink()  # as for a run trained before cards existed
-    evaluate_run(run, "test", "cpu")
-    card = json.loads((run / "card.json").read_text())
-    assert card["training"]["rebuilt_from_metrics"] is True
-    assert (card["training"]["steps"], card["training"]["epochs"]) == (30, 1)
-    assert (
-        card["training"]["best_val_bleu"]
-        == json.loads((two_runs[0] / "card.json").read_text())["training"]["best_val_bleu"]
-    )
-    assert card["code"]["recorded_by"] == "evaluate" and "test" in card["results"]
-
-
-def test_attention_labels_drop_the_word_marker():
-    assert piece_labels(["\u2581Der", "\u2581Hu", "nd", "\u2581", ".", "</s>"]) == [
-        "Der",
-        "Hu",
-        "-nd",
-        "\u2581",
-        "-.",
-        "</s>",
-    ]
-
-
 def test_close_bleu_curves_are_not_drawn_as_a_gap(tmp_path):
     pytest.importorskip("matplotlib")
     runs = [
@@ -258,20 +134,6 @@ def test_close_bleu_curves_are_not_drawn_as_a_gap(tmp_path):
     for ax in fig.axes[2:]:  # the BLEU panels
         low, high = ax.get_ylim()
         assert high - low >= 2.0 and low < 0.01412 and high > 0.014145
-
-
-def test_attention_plot_has_a_colour_scale(tmp_path):
-    pytest.importorskip("matplotlib")
-    weights = [torch.full((2, 3, 4), 0.25), torch.full((2, 3, 4), 0.25)]  # 2 layers, (H, T, S)
-    fig = plot_attention(
-        ["\u2581Der", "\u2581Hund", ".", "</s>"],
-        ["\u2581The", "\u2581dog", "</s>"],
-        weights,
-        tmp_path / "a.png",
-    )
-    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
-    assert len(panels) == 2 and len(fig.axes) == 4  # one colour bar per panel
-    assert [t.get_text() for t in panels[0].get_xticklabels()] == ["Der", "Hund", "-.", "</s>"]
 
 
 @pytest.mark.slow

@@ -1,16 +1,14 @@
-"""`mt serve`: the HTTP API (FastAPI's test client), the dynamic batching worker, and every refusal.
+"""mt/serve.py: `mt serve`'s HTTP API (FastAPI's test client) around its decoding thread, and every refusal.
 
 The server must answer exactly what `mt translate` writes for the same lines, one result per line,
 in order, whichever requests its worker merged."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import socket
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,36 +16,9 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from mt.cli import main  # noqa: E402
-from mt.config import ServeLimits, load_config  # noqa: E402
-from mt.rundir import load_run  # noqa: E402
 from mt.serve import create_app, server_info  # noqa: E402
-from mt.worker import Job, Worker  # noqa: E402
-from mt.train import train  # noqa: E402
-from mt.translate import translate_nbest  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-ODD = [
-    "Der Hund sieht die Katze .",
-    "",
-    "   ",
-    "Die\tKatze\x00 schläft\x1b .",
-    "Ein Mann\u2028läuft .",
-    "kaputt \ufffd hier",
-    " ".join(["Der Hund sieht die Katze ."] * 40),
-]  # the last: more pieces than max_len
-
-
-@pytest.fixture(scope="module")
-def served(tiny, tmp_path_factory):
-    """A run trained for 6 steps, loaded once: (run dir, cfg, tokenizer, model)."""
-    run = tmp_path_factory.mktemp("served") / "run"
-    train(load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=6", "data.max_len=20"]), run)
-    return (run, *load_run(run))
-
-
-def make_worker(served, **limits) -> Worker:
-    run, cfg, tokenizer, model = served
-    return Worker(model, tokenizer, cfg, "cpu", ServeLimits(**limits))
+from mt.worker import Job  # noqa: E402
+from conftest import ODD, expected, make_worker  # noqa: E402
 
 
 @pytest.fixture
@@ -57,12 +28,6 @@ def client(served):
     info = server_info(served[0], served[1], served[3], served[0] / "best.pt", "cpu", worker.limits)
     with TestClient(create_app(worker, info), raise_server_exceptions=False) as c:
         yield c
-
-
-def expected(served, lines: list[str], **options) -> list[list[tuple[str, float]]]:
-    run, cfg, tokenizer, model = served
-    decode = dataclasses.replace(cfg.decode, **options)
-    return translate_nbest(model, tokenizer, lines, decode, "cpu", max_source_pieces=cfg.data.max_len)
 
 
 def test_odd_lines_get_what_mt_translate_writes(client, served, tmp_path, capsys):
@@ -101,48 +66,6 @@ def test_a_line_break_or_a_lone_surrogate_inside_an_item_stays_one_line(client, 
     want = expected(served, ["Der Hund sieht die Katze .", "a \ufffd b"])
     assert [t["translation"] for t in got] == [hyps[0][0] for hyps in want]
     assert client.post("/translate", json={"lines": []}).json()["translations"] == []
-
-
-def test_waiting_requests_are_merged_into_one_batch_and_answered_in_order(served):
-    worker = make_worker(served)
-    requests = [ODD[i % 3 : i % 3 + 1 + i % 2] + [f"Der Hund {i} ."] for i in range(12)]
-    jobs = [Job.translate(lines, served[1].decode) for lines in requests]
-    for job in jobs:  # queued before the worker starts: its first round takes them all
-        worker.queue.put(job)
-    worker.start()
-    got = [job.future.result(timeout=60) for job in jobs]
-    worker.stop()
-    assert worker.batches == 1
-    for found, want in zip(
-        got, (expected(served, lines) for lines in requests)
-    ):  # other batches: other padding
-        assert [[text for text, _ in hyps] for hyps in found] == [[text for text, _ in hyps] for hyps in want]
-        assert [s for hyps in found for _, s in hyps] == pytest.approx(
-            [s for hyps in want for _, s in hyps], abs=1e-4
-        )
-
-
-def test_requests_with_other_options_are_decoded_apart(served):
-    worker = make_worker(served)
-    greedy = Job.translate(["Der Hund ."], served[1].decode)
-    beam = Job.translate(["Der Hund ."], dataclasses.replace(served[1].decode, beam=2, n_best=2))
-    worker.queue.put(greedy), worker.queue.put(beam)
-    worker.start()
-    assert greedy.future.result(timeout=60) == expected(served, ["Der Hund ."])
-    assert beam.future.result(timeout=60) == expected(served, ["Der Hund ."], beam=2, n_best=2)
-    worker.stop()
-    assert worker.batches == 2
-
-
-def test_a_request_whose_client_went_away_is_skipped_and_the_worker_goes_on(served):
-    worker = make_worker(served)
-    gone, kept = (Job.translate([line], served[1].decode) for line in ("a", "b"))
-    worker.queue.put(gone), worker.queue.put(kept)
-    assert gone.future.cancel()  # what asyncio does to it when the client disconnects
-    worker.start()
-    assert kept.future.result(timeout=60) == expected(served, ["b"])
-    assert worker.running.is_set() and worker.batches == 1
-    worker.stop()
 
 
 def test_a_full_queue_is_503_not_a_hang(served):

@@ -1,3 +1,6 @@
+"""mt/tokenizer.py: one sentencepiece BPE model for both languages with fixed special ids, its round
+trip, and models that are damaged or have other special ids refused."""
+
 import pytest
 
 from mt.errors import ConfigError, RunDirError

@@ -1,158 +1,208 @@
-"""Loss against hand computations, the warmup schedule's values, and what one update does."""
+"""mt/train.py: the training loop and what stops it, as README promises: max_steps, max_minutes (wall
+clock summed over restarts), patience on validation BLEU, a non-finite loss (the update skipped) and a
+diverging one (TrainingError, exit code 1), Ctrl-C once (checkpoint, exit 130) and twice (at once, no
+traceback)."""
 
-import copy
-import math
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import mt.step
 import mt.train
-from mt.config import ModelConfig, TrainConfig
-from mt.batching import make_batch
-from mt.loss import batch_loss, label_smoothed_loss
-from mt.model import Seq2Seq
-from mt.tokenizer import PAD
-from mt.step import inverse_sqrt_lr, learning_rate, train_step
+from mt.cli import main
+from mt.config import load_config
+from mt.train import TrainingError, train
+from conftest import metrics, weights
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_loss_matches_hand_computation():
-    # one target over V = 3 with logits (0, ln 2, ln 5): p = (1/8, 2/8, 5/8), gold = 1
-    logits = torch.tensor([[0.0, math.log(2.0), math.log(5.0)]])
-    target = torch.tensor([1])
-    nll = -math.log(2 / 8)
-    uniform = -(math.log(1 / 8) + math.log(2 / 8) + math.log(5 / 8)) / 3
-    loss, nll_sum = label_smoothed_loss(logits, target, 0.3)
-    assert loss.item() == pytest.approx(0.7 * nll + 0.3 * uniform, rel=1e-6)
-    assert nll_sum.item() == pytest.approx(nll, rel=1e-6)
+def step_of(path: Path) -> int:
+    return torch.load(path, weights_only=True)["progress"]["step"]
 
 
-def test_padding_contributes_nothing():
-    logits = torch.randn(4, 7)
-    target = torch.tensor([3, PAD, 5, PAD])
-    loss, nll = label_smoothed_loss(logits, target, 0.1)
-    loss_real, nll_real = label_smoothed_loss(logits[[0, 2]], target[[0, 2]], 0.1)
-    torch.testing.assert_close(loss, loss_real)
-    torch.testing.assert_close(nll, nll_real)
+@pytest.fixture
+def ten_seconds_an_update(monkeypatch):
+    """A fake clock for mt.train that advances 10 s in every update and stands still otherwise."""
+    now = [1000.0]
+    monkeypatch.setattr(mt.train, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    real = mt.train.train_step
+
+    def slow_step(*args, **kwargs):
+        now[0] += 10.0
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mt.train, "train_step", slow_step)
 
 
-@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.5])
-def test_loss_and_gradient_match_torch_cross_entropy(epsilon):
-    torch.manual_seed(0)
-    logits = torch.randn(30, 11, dtype=torch.float64, requires_grad=True)
-    target = torch.randint(0, 11, (30,))
-    target[:4] = PAD
-    loss, nll = label_smoothed_loss(logits, target, epsilon)
-    ref = F.cross_entropy(logits, target, ignore_index=PAD, label_smoothing=epsilon, reduction="sum")
-    ref_nll = F.cross_entropy(logits, target, ignore_index=PAD, reduction="sum")
-    torch.testing.assert_close(loss.double(), ref, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(nll.double(), ref_nll, rtol=1e-6, atol=1e-6)
-    ours = torch.autograd.grad(loss + 0.5 * nll, logits)[0]
-    theirs = torch.autograd.grad(ref + 0.5 * ref_nll, logits)[0]
-    torch.testing.assert_close(ours.double(), theirs, rtol=1e-6, atol=1e-6)
+def test_max_minutes_stops_at_the_first_update_past_the_budget_and_counts_across_restarts(
+    tmp_path, tiny, ten_seconds_an_update
+):
+    def cfg(minutes):
+        return load_config(ROOT / "configs/toy.yaml", tiny + [f"train.max_minutes={minutes}"])
 
-
-def test_warmup_schedule_values():
-    peak, warmup = 1e-3, 400
-    assert inverse_sqrt_lr(100, peak, warmup) == pytest.approx(2.5e-4)
-    assert inverse_sqrt_lr(400, peak, warmup) == pytest.approx(1e-3)
-    assert inverse_sqrt_lr(1600, peak, warmup) == pytest.approx(5e-4)
-    assert inverse_sqrt_lr(0, peak, warmup) == pytest.approx(2.5e-6)
-
-
-def test_linear_schedule_ends_at_zero_with_the_budget():
-    t = TrainConfig(lr=1e-3, warmup_steps=100, schedule="linear", max_steps=1000)
-    assert learning_rate(t, 50, 0.0) == pytest.approx(5e-4)  # warmup, as inverse_sqrt
-    assert learning_rate(t, 100, 0.0) == pytest.approx(9e-4)  # the decay line, 1 - 100/1000, is lower
-    assert learning_rate(t, 600, 0.0) == pytest.approx(4e-4)
-    assert learning_rate(t, 1000, 0.0) == 0.0
-    timed = TrainConfig(lr=1e-3, warmup_steps=100, schedule="linear", max_steps=10**6, max_minutes=10)
-    assert learning_rate(timed, 500, 450.0) == pytest.approx(2.5e-4)  # 450 s of 600: a quarter left
-    assert learning_rate(timed, 900, 700.0) == 0.0  # past the budget (the final update)
-    assert learning_rate(TrainConfig(lr=1e-3, warmup_steps=400), 1600, 1e9) == inverse_sqrt_lr(
-        1600, 1e-3, 400
+    first = train(cfg(0.5), tmp_path / "run")
+    assert (first["step"], first["stopped"], first["elapsed_s"]) == (3, "reached train.max_minutes=0.5", 30.0)
+    second = train(cfg(1.0), tmp_path / "run")  # resumes with 30 s already spent
+    assert (second["step"], second["stopped"], second["elapsed_s"]) == (
+        6,
+        "reached train.max_minutes=1.0",
+        60.0,
     )
-
-
-def _model_and_batches(seed: int = 0):
-    torch.manual_seed(seed)
-    model = Seq2Seq(ModelConfig(d_model=16, n_heads=2, layers=1, d_ff=32, dropout=0.0), 30)
-    pairs = [
-        ([5, 6, 7], [8, 9]),
-        ([10, 11], [12, 13, 14, 15]),
-        ([16], [17]),
-        ([18, 19, 20, 21], [22, 23, 24]),
+    assert [(r["step"], r["elapsed_s"]) for r in metrics(tmp_path / "run") if "loss" in r] == [
+        (2, 20.0),
+        (4, 40.0),
+        (6, 60.0),
     ]
-    return model, pairs
 
 
-def test_train_step_over_micro_batches_equals_one_batch():
-    """Two micro-batches make the same update as one batch of all their sentences (the loss is
-    normalised by the update's target tokens, not per micro-batch), and the stats are their sums."""
-    model, pairs = _model_and_batches()
-    twin, twin_before = copy.deepcopy(model), copy.deepcopy(model)
-    micro = [make_batch(*zip(*pairs[:2])), make_batch(*zip(*pairs[2:]))]
-    whole = make_batch(*zip(*pairs))
-    cfg = TrainConfig(label_smoothing=0.1, clip_norm=0.0)
-    stats = train_step(model, torch.optim.SGD(model.parameters()), micro, cfg, lr=1.0)
-    one = train_step(twin, torch.optim.SGD(twin.parameters()), [whole], cfg, lr=1.0)
-    for a, b in zip(model.parameters(), twin.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    assert stats.target_tokens == one.target_tokens == 2 + 4 + 1 + 3 + 4  # targets + eos each
-    assert stats.tokens == 14 + 3 + 2 + 1 + 4 + 4  # + sources with eos
-    assert stats.loss == pytest.approx(one.loss, rel=1e-5) and stats.nll == pytest.approx(one.nll, rel=1e-5)
-    with torch.no_grad():
-        by_hand = sum(batch_loss(twin_before, b, 0.1)[0].item() for b in micro)
-    assert stats.loss == pytest.approx(by_hand, rel=1e-5)
-    assert (stats.stepped, stats.overflow, stats.stop) == (True, False, False)
+def test_patience_stops_after_validations_without_a_bleu_gain(tmp_path, tiny, monkeypatch):
+    bleu = iter([10.0, 12.0, 11.0, 12.0, 9.0, 30.0])  # validations at steps 2, 4, 6, 8, 10, 12
 
+    def scripted(model, val, tokenizer, cfg, device):
+        return {
+            "val_loss": 1.0,
+            "val_nll": 1.0,
+            "val_ppl": 2.7,
+            "val_bleu": next(bleu),
+            "val_chrf": 50.0,
+            "valid_beam": 1,
+            "bleu_signature": "scripted",
+        }
 
-def test_train_step_applies_lr_and_clips_the_gradient_norm():
-    model, pairs = _model_and_batches()
-    before = [p.detach().clone() for p in model.parameters()]
-    optimizer = torch.optim.SGD(model.parameters())
-    train_step(model, optimizer, [make_batch(*zip(*pairs))], TrainConfig(clip_norm=0.5), lr=0.1)
-    assert optimizer.param_groups[0]["lr"] == 0.1
-    moved = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())])  # = lr * grad
-    assert moved.norm().item() == pytest.approx(0.1 * 0.5, rel=1e-4)
-    assert all(p.grad is None for p in model.parameters())  # gradients cleared for the next update
-
-
-def test_train_step_skips_a_non_finite_update(monkeypatch):
-    model, pairs = _model_and_batches()
-    before = copy.deepcopy(model.state_dict())
-    monkeypatch.setattr(
-        mt.step,
-        "batch_loss",
-        lambda m, b, eps: (torch.tensor(float("nan"), requires_grad=True), torch.tensor(1.0)),
+    monkeypatch.setattr(mt.train, "validate", scripted)
+    run = tmp_path / "run"
+    result = train(
+        load_config(ROOT / "configs/toy.yaml", tiny + ["train.valid_every=2", "train.patience=3"]), run
     )
-    stats = train_step(
-        model,
-        torch.optim.SGD(model.parameters()),
-        [make_batch(*zip(*pairs))],
-        TrainConfig(),
-        lr=1.0,
-        stop_requested=True,
+    # 12 at step 4 is the best; 11, 12 (no gain: not higher) and 9 are three validations without a gain
+    assert (result["step"], result["best_bleu"], result["best_step"]) == (10, 12.0, 4)
+    assert result["stopped"] == "no val BLEU gain in 3 validations (train.patience)"
+    assert step_of(run / "best.pt") == 4 and step_of(run / "last.pt") == 10
+    card = json.loads((run / "card.json").read_text())["training"]
+    assert (card["best_step"], card["best_val_bleu"], card["stopped"]) == (4, 12.0, result["stopped"])
+    assert [r["val_bleu"] for r in metrics(run) if "val_bleu" in r] == [10.0, 12.0, 11.0, 12.0, 9.0]
+
+
+def test_diverging_loss_exits_with_code_1_through_the_cli(tmp_path, tiny, monkeypatch, capsys):
+    real, updates = mt.step.batch_loss, []
+
+    def diverging(model, batch, eps):
+        updates.extend([1] if model.training else [])
+        loss, nll = real(model, batch, eps)
+        return (loss * float("inf"), nll) if len(updates) > 4 and model.training else (loss, nll)
+
+    monkeypatch.setattr(mt.step, "batch_loss", diverging)
+    run = tmp_path / "run"
+    args = ["train", "configs/toy.yaml", "--run-dir", str(run)]
+    for item in tiny + [
+        "train.max_steps=50",
+        "train.valid_every=100",
+        "train.save_every=4",
+        "train.max_nonfinite=2",
+    ]:
+        args += ["--set", item]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (
+        f"mt: error: the loss was not finite in 2 updates in a row after step 4 "
+        f"(train.max_nonfinite); {run}/last.pt is untouched; lower train.lr or check "
+        f"the data"
     )
-    assert not stats.stepped and not stats.overflow and stats.stop
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert step_of(run / "last.pt") == 4 and "Traceback" not in err
 
 
-def test_an_fp16_style_overflow_skips_the_update_without_an_error(monkeypatch):
-    """The grad scaler's overflow (here a CPU scaler whose first scales overflow float32 gradients)
-    is no step and no error: the parameters stay, the scale goes down, later updates go through."""
-    real = mt.step.batch_loss
-    monkeypatch.setattr(mt.step, "batch_loss", lambda m, b, eps: tuple(x * 1e6 for x in real(m, b, eps)))
-    model, pairs = _model_and_batches()
-    before = copy.deepcopy(model.state_dict())
-    optimizer, batch = torch.optim.SGD(model.parameters()), make_batch(*zip(*pairs))
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**127)
-    stats = train_step(model, optimizer, [batch], TrainConfig(), lr=0.1, scaler=scaler)
-    assert (stats.stepped, stats.overflow) == (False, True) and math.isfinite(stats.loss)
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert scaler.get_scale() == 2.0**126
-    again = train_step(model, optimizer, [batch], TrainConfig(), lr=0.1, scaler=scaler)
-    while again.overflow:
-        again = train_step(model, optimizer, [batch], TrainConfig(), lr=0.1, scaler=scaler)
-    assert again.stepped and not all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+SLOW_UPDATES = (  # mt with a 0.3 s sleep in every training forward pass, so a signal lands mid-update
+    "import sys, time\n"
+    "import mt.step as T\n"
+    "real = T.batch_loss\n"
+    "def slow(model, batch, eps):\n"
+    "    if model.training: time.sleep(0.3)\n"
+    "    return real(model, batch, eps)\n"
+    "T.batch_loss = slow\n"
+    "from mt.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+@pytest.mark.slow
+def test_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path, tiny):
+    run = tmp_path / "run"
+    args = ["train", "configs/toy.yaml", "--run-dir", str(run)]
+    for item in tiny + [
+        "train.max_steps=1000",
+        "train.valid_every=1000",
+        "train.log_every=1",
+        "train.save_every=2",
+    ]:
+        args += ["--set", item]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_UPDATES, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    deadline = time.time() + 300
+    while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 3):
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.1)  # the first Ctrl-C waits for the update to finish; the second does not
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.splitlines()[-1] == (
+        "mt: interrupted; files are written whole or not at all, so every checkpoint is intact"
+    )
+    assert "Traceback" not in stderr and "resume with" not in stderr  # it did not take the checkpoint path
+    last = step_of(run / "last.pt")
+    assert last >= 2 and last % 2 == 0 and not (run / ".last.pt.tmp").exists()
+
+
+def test_nonfinite_loss_skips_the_update(tmp_path, monkeypatch, tiny_config):
+    real, calls = mt.step.batch_loss, []
+
+    def flaky(model, batch, eps):
+        calls.extend([1] if model.training else [])  # validation computes losses too
+        loss, nll = real(model, batch, eps)
+        return (loss * float("nan"), nll) if len(calls) == 5 and model.training else (loss, nll)  # 3rd update
+
+    monkeypatch.setattr(mt.step, "batch_loss", flaky)
+    run = tmp_path / "run"
+    result = train(tiny_config("train.max_steps=6", "train.accumulate=2"), run)
+    assert result["step"] == 6 and len(calls) == 14  # 7 updates tried, 6 made
+    skipped = [r for r in metrics(run) if "skipped_update" in r]
+    assert skipped == [{"step": 2, "skipped_update": "non-finite", "nonfinite_total": 1}]
+    assert all(torch.isfinite(w).all() for w in weights(run / "last.pt").values())
+
+
+def test_diverging_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, tiny_config):
+    real, calls = mt.step.batch_loss, []
+
+    def diverging(model, batch, eps):
+        calls.extend([1] if model.training else [])
+        loss, nll = real(model, batch, eps)
+        return (
+            (loss * float("inf"), nll) if len(calls) > 8 and model.training else (loss, nll)
+        )  # after 4 updates
+
+    monkeypatch.setattr(mt.step, "batch_loss", diverging)
+    run = tmp_path / "run"
+    with pytest.raises(TrainingError) as e:
+        train(tiny_config("train.max_steps=50", "train.save_every=4", "train.max_nonfinite=3"), run)
+    assert str(e.value) == (
+        f"the loss was not finite in 3 updates in a row after step 4 (train.max_nonfinite); "
+        f"{run}/last.pt is untouched; lower train.lr or check the data"
+    )
+    assert torch.load(run / "last.pt", weights_only=True)["progress"]["step"] == 4
+    assert len([r for r in metrics(run) if "skipped_update" in r]) == 3

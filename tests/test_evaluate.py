@@ -1,0 +1,56 @@
+"""mt/evaluate.py: scoring a run's checkpoint (the averaged one too) and writing its card, rebuilt from
+metrics.jsonl where it is missing."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from mt.cli import main
+from mt.rundir import load_run
+from mt.translate import translate_lines
+from mt.evaluate import evaluate_run
+
+
+def test_a_runs_averaged_model_loads_translates_and_evaluates(tiny, tmp_path, capsys):
+    run = tmp_path / "run"
+    sets = [
+        a
+        for o in tiny + ["train.max_steps=12", "train.keep_last=3", "train.average_last=2"]
+        for a in ("--set", o)
+    ]
+    assert main(["train", "configs/toy.yaml", "--run-dir", str(run), *sets]) == 0
+    assert [p.name for p in sorted(run.glob("ckpt-*.pt"))] == [
+        "ckpt-0000004.pt",
+        "ckpt-0000008.pt",
+        "ckpt-0000012.pt",
+    ]
+    averaged = torch.load(run / "averaged.pt", weights_only=True)
+    assert [Path(p).name for p in averaged["averaged"]] == ["ckpt-0000008.pt", "ckpt-0000012.pt"]
+    cfg, tokenizer, model = load_run(run, "averaged")
+    assert len(translate_lines(model, tokenizer, ["Der Hund läuft.", "", "Die Frau liest."], cfg.decode)) == 3
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run), "--checkpoint", "averaged"]) == 0
+    assert "lower-cased BLEU" in capsys.readouterr().out
+    assert json.loads((run / "eval-test-averaged.json").read_text())["checkpoint"].endswith("averaged.pt")
+    assert json.loads((run / "card.json").read_text())["training"]["best_metric"] == "bleu"
+    assert main(["average", "--run", str(run), "--last", "3"]) == 0
+    assert len(torch.load(run / "averaged.pt", weights_only=True)["averaged"]) == 3
+
+
+@pytest.mark.slow
+def test_evaluate_rebuilds_a_missing_card_from_metrics(two_runs, tmp_path):
+    run = tmp_path / "old"
+    shutil.copytree(two_runs[0], run)
+    (run / "card.json").unlink()  # as for a run trained before cards existed
+    evaluate_run(run, "test", "cpu")
+    card = json.loads((run / "card.json").read_text())
+    assert card["training"]["rebuilt_from_metrics"] is True
+    assert (card["training"]["steps"], card["training"]["epochs"]) == (30, 1)
+    assert (
+        card["training"]["best_val_bleu"]
+        == json.loads((two_runs[0] / "card.json").read_text())["training"]["best_val_bleu"]
+    )
+    assert card["code"]["recorded_by"] == "evaluate" and "test" in card["results"]

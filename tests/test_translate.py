@@ -1,0 +1,144 @@
+"""mt/translate.py and `mt translate`: one output line per input line whatever the input (odd
+characters, long lines cut into parts, gzip), input order restored across batches, and the sacreBLEU
+wrapper."""
+
+import gzip
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mt.config import DecodeConfig
+from mt.translate import score, split_pieces, translate_lines
+from mt.cli import main
+from conftest import run_main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_translate_keeps_one_line_per_input_line(text_model, tokenizer):
+    lines = ["Der Hund sieht die Katze.", "", "   ", "Die Frau liest.", "", "Ein Kind lacht."]
+    out = translate_lines(text_model, tokenizer, lines, DecodeConfig(batch_tokens=32))
+    assert len(out) == len(lines)
+    assert out[1] == out[2] == out[4] == ""
+    assert all("\n" not in line for line in out)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_translate_restores_input_order(any_model, tokenizer, toy, beam):
+    lines = toy["test"][0][:20]
+    forward = translate_lines(any_model, tokenizer, lines, DecodeConfig(beam=beam, batch_tokens=64))
+    backward = translate_lines(any_model, tokenizer, lines[::-1], DecodeConfig(beam=beam, batch_tokens=64))
+    one_batch = translate_lines(any_model, tokenizer, lines, DecodeConfig(beam=beam, batch_tokens=100_000))
+    assert forward == backward[::-1] == one_batch
+
+
+def test_bleu_of_identity_is_100():
+    refs = ["The dog bit the man.", "It was not unexpected."]
+    result = score(refs, refs)
+    assert result["bleu"] == pytest.approx(100.0) and result["chrf"] == pytest.approx(100.0)
+    assert result["sentences"] == 2
+
+
+def test_bleu_matches_sacrebleu_readme_example():
+    refs = [
+        ["The dog bit the man.", "It was not unexpected.", "The man bit him first."],
+        ["The dog had bit the man.", "No one was surprised.", "The man had bitten the dog."],
+    ]
+    hyps = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]
+    result = score(hyps, *refs)
+    assert result["bleu"] == pytest.approx(48.530827, abs=1e-6)
+    assert result["bleu_signature"].startswith("nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert result["chrf_signature"].startswith("nrefs:2|case:mixed|eff:yes|nc:6|nw:0|space:no|version:")
+
+
+def test_split_pieces_cuts_before_word_starts():
+    starts = {10, 20}  # piece ids that begin a word
+    ids = [10, 1, 1, 20, 1, 1, 1, 10, 1, 20, 1]
+    parts = split_pieces(ids, 4, starts.__contains__)
+    assert [p for part in parts for p in part] == ids and all(len(p) <= 4 for p in parts)
+    assert parts == [[10, 1, 1], [20, 1, 1, 1], [10, 1, 20, 1]]
+    assert split_pieces([1] * 9, 4, starts.__contains__) == [
+        [1] * 4,
+        [1] * 4,
+        [1],
+    ]  # no word start: hard cuts
+
+
+@pytest.mark.parametrize(
+    "data,lines,warning",
+    [
+        (b"eins\r\nzwei\r\n", 2, ""),  # CRLF
+        (b"eins\nzwei", 2, ""),  # no final newline
+        (b"\n\n   \n\t\n", 4, ""),  # empty and blank lines
+        (b"gut\nkaputt \xc3\x28 \xff\n", 2, "<stdin>: invalid UTF-8 on line 2, replaced with U+FFFD"),
+        (b"a\x00b\x07c\x1b[0m\x7f\n", 1, ""),  # control characters
+        ("eins\u2028zwei\x85drei\x0cvier\n".encode(), 1, ""),  # not line breaks
+        (("der Hund " * 200 + "\nkurz\n").encode(), 2, "more than the 64 this model takes; translated in"),
+    ],
+)
+def test_translate_odd_input_kinds(trained, capsys, monkeypatch, data, lines, warning):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert main(["translate", "--run", str(trained[0])]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("\n") == lines and (out.endswith("\n") or not out)
+    assert warning in err and "Traceback" not in err
+
+
+def test_translate_survives_odd_input(trained):
+    run, _ = trained
+    long_line = "der kleine Hund sieht die große Katze . " * 40  # ~400 pieces, max_len is 64
+    lines = [
+        b"Ein Hund .\r",
+        b"ein \xff\xfe kaputter Satz",
+        b"",
+        b"   \t ",
+        b"Steuer\x00zeichen \x1b[31m rot \x07",
+        long_line.encode(),
+        "Zeile\u2028mit Trenner\x85 und \x0c Seitenvorschub".encode(),
+        b"ohne Zeilenende",
+    ]
+    stdin = b"\n".join(lines)  # CRLF on the first line, no final newline
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "mt", "translate", "--run", str(run)],
+        input=stdin,
+        capture_output=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr.decode()
+    got = out.stdout.decode("utf-8").split("\n")
+    assert got[-1] == "" and len(got) - 1 == len(lines)  # exactly one output line per input line
+    assert got[2] == "" and got[3] == ""  # empty and blank lines stay empty
+    err = out.stderr.decode()
+    assert "<stdin>: invalid UTF-8 on line 2, replaced with U+FFFD" in err
+    assert "line 6: " in err and "more than the 64 this model takes; translated in" in err
+    assert "Traceback" not in err
+
+
+def test_translate_reads_gzip_input(capsys, run, tmp_path):
+    text = (run / "ref-test.txt").read_bytes()
+    (tmp_path / "in.de").write_bytes(text)
+    (tmp_path / "in.de.gz").write_bytes(gzip.compress(text))
+    assert main(["translate", "--run", str(run), "--input", str(tmp_path / "in.de")]) == 0
+    plain = capsys.readouterr().out
+    assert main(["translate", "--run", str(run), "--input", str(tmp_path / "in.de.gz")]) == 0
+    assert capsys.readouterr().out == plain and plain.count("\n") == text.count(b"\n")
+    (tmp_path / "bad.gz").write_bytes(gzip.compress(text)[:40])
+    code, err = run_main(capsys, "translate", "--run", str(run), "--input", str(tmp_path / "bad.gz"))
+    assert code == 2 and err == (
+        f"mt: error: {tmp_path}/bad.gz: damaged compressed file (Compressed file ended "
+        f"before the end-of-stream marker was reached); download or copy it again\n"
+    )
+
+
+def test_lowercased_bleu_ignores_case_and_cased_bleu_does_not():
+    refs = ["The dog bit the man.", "It was not unexpected."]
+    result = score(["the DOG bit the man.", "it was NOT unexpected."], refs)
+    assert result["bleu_lc"] == pytest.approx(100.0) and result["bleu"] < 50
+    assert "case:lc" in result["bleu_lc_signature"] and "case:mixed" in result["bleu_signature"]

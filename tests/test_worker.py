@@ -1,0 +1,51 @@
+"""mt/worker.py: `mt serve`'s decoding thread driven directly: waiting requests merged into one batch
+and answered in order, other options decoded apart, a request whose client went away skipped."""
+
+import dataclasses
+
+import pytest
+
+from mt.worker import Job
+from conftest import ODD, expected, make_worker
+
+
+def test_waiting_requests_are_merged_into_one_batch_and_answered_in_order(served):
+    worker = make_worker(served)
+    requests = [ODD[i % 3 : i % 3 + 1 + i % 2] + [f"Der Hund {i} ."] for i in range(12)]
+    jobs = [Job.translate(lines, served[1].decode) for lines in requests]
+    for job in jobs:  # queued before the worker starts: its first round takes them all
+        worker.queue.put(job)
+    worker.start()
+    got = [job.future.result(timeout=60) for job in jobs]
+    worker.stop()
+    assert worker.batches == 1
+    for found, want in zip(
+        got, (expected(served, lines) for lines in requests)
+    ):  # other batches: other padding
+        assert [[text for text, _ in hyps] for hyps in found] == [[text for text, _ in hyps] for hyps in want]
+        assert [s for hyps in found for _, s in hyps] == pytest.approx(
+            [s for hyps in want for _, s in hyps], abs=1e-4
+        )
+
+
+def test_requests_with_other_options_are_decoded_apart(served):
+    worker = make_worker(served)
+    greedy = Job.translate(["Der Hund ."], served[1].decode)
+    beam = Job.translate(["Der Hund ."], dataclasses.replace(served[1].decode, beam=2, n_best=2))
+    worker.queue.put(greedy), worker.queue.put(beam)
+    worker.start()
+    assert greedy.future.result(timeout=60) == expected(served, ["Der Hund ."])
+    assert beam.future.result(timeout=60) == expected(served, ["Der Hund ."], beam=2, n_best=2)
+    worker.stop()
+    assert worker.batches == 2
+
+
+def test_a_request_whose_client_went_away_is_skipped_and_the_worker_goes_on(served):
+    worker = make_worker(served)
+    gone, kept = (Job.translate([line], served[1].decode) for line in ("a", "b"))
+    worker.queue.put(gone), worker.queue.put(kept)
+    assert gone.future.cancel()  # what asyncio does to it when the client disconnects
+    worker.start()
+    assert kept.future.result(timeout=60) == expected(served, ["b"])
+    assert worker.running.is_set() and worker.batches == 1
+    worker.stop()
