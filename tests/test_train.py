@@ -120,12 +120,13 @@ def test_diverging_loss_exits_with_code_1_through_the_cli(tmp_path, tiny, monkey
     assert step_of(run / "last.pt") == 4 and "Traceback" not in err
 
 
-SLOW_UPDATES = (  # mt with a 0.3 s sleep in every training forward pass, so a signal lands mid-update
-    "import sys, time\n"
+SLOW_UPDATES = (  # mt with a 1 s sleep in every training forward pass, during which MARKER exists
+    "import os, sys, time\n"
     "import mt.step as T\n"
     "real = T.batch_loss\n"
     "def slow(model, batch, eps):\n"
-    "    if model.training: time.sleep(0.3)\n"
+    "    if model.training:\n"
+    "        open(os.environ['MARKER'], 'w').close(); time.sleep(1.0); os.remove(os.environ['MARKER'])\n"
     "    return real(model, batch, eps)\n"
     "T.batch_loss = slow\n"
     "from mt.cli import main\n"
@@ -150,12 +151,16 @@ def test_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path, tiny):
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MARKER": str(tmp_path / "in-update")},
     )
     deadline = time.time() + 300
-    while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 3):
+    while not (
+        (run / "metrics.jsonl").exists()
+        and (run / "metrics.jsonl").read_text().count("\n") >= 3
+        and (tmp_path / "in-update").exists()  # a signal now lands mid-update, whatever the machine's pace
+    ):
         assert time.time() < deadline and proc.poll() is None
-        time.sleep(0.05)
+        time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.1)  # the first Ctrl-C waits for the update to finish; the second does not
     proc.send_signal(signal.SIGINT)
