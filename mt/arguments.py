@@ -9,7 +9,7 @@ import dataclasses
 import difflib
 
 from mt import __version__
-from mt.config import ServeLimits
+from mt.config import COMPUTE_TYPES, QUANTIZATIONS, ServeLimits
 
 LIMIT_HELP = {
     "max_request_bytes": "request body size",
@@ -71,6 +71,12 @@ def _run_options(p: argparse.ArgumentParser, decoding: bool = True, n_best: bool
         "--length-penalty", type=_at_least(0.0, float), help="GNMT alpha; 0 = raw log-probability"
     )
     group.add_argument("--batch-tokens", type=_at_least(16), help="source tokens per decoding batch")
+    group.add_argument(
+        "--engine", choices=["torch", "ctranslate2"], help="ctranslate2: the run's `mt export` (DIR/ct2)"
+    )
+    group.add_argument(
+        "--compute-type", choices=COMPUTE_TYPES, help="ctranslate2's weights and arithmetic, e.g. int8"
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -130,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("average", "average the last N kept checkpoints of a run (train.keep_last) into averaged.pt")
     p.add_argument("--run", help="run directory (required)")
     p.add_argument("--last", type=_at_least(1), default=5, help="how many of the newest ckpt-*.pt to average")
+    p = command("export", "write a checkpoint as a CTranslate2 model directory, for --engine ctranslate2")
+    _run_options(p, decoding=False)
+    p.add_argument("--quantization", default="none", choices=QUANTIZATIONS, help="the weights' stored type")
+    p.add_argument("--out", help="model directory (default: RUN/ct2, which --engine ctranslate2 reads)")
     p = command(
         "serve", "serve a run over HTTP: a JSON API with dynamic batching, and an attention explorer at /"
     )

@@ -124,9 +124,20 @@ def update_card(run_dir: str | Path, **sections) -> dict:
     return card
 
 
-def result_key(split: str, beam: int, length_penalty: float, checkpoint: str = "best") -> str:
-    """How an evaluation is named in cards and eval files: test, test-beam5, test-beam5-lp0.6, and
-    -last (or another checkpoint's name) when it did not use best.pt."""
+def result_key(
+    split: str, beam: int, length_penalty: float, checkpoint: str = "best", engine: str = ""
+) -> str:
+    """How an evaluation is named in cards and eval files: test, test-beam5, test-beam5-lp0.6, then
+    the engine when it is not torch (-ct2, -ct2-int8: `engine_name`), and -last (or another
+    checkpoint's name) when it did not use best.pt."""
     name = split if beam == 1 else f"{split}-beam{beam}"
     name = name if beam == 1 or length_penalty == 1.0 else f"{name}-lp{length_penalty:g}"
+    name = f"{name}-{engine}" if engine else name
     return name if checkpoint == "best" else f"{name}-{checkpoint}"
+
+
+def engine_name(engine: str, compute_type: str) -> str:
+    """ "" for torch; ct2, or ct2-int8 where a compute type was chosen."""
+    if engine == "torch":
+        return ""
+    return "ct2" if compute_type == "default" else f"ct2-{compute_type}"

@@ -112,7 +112,7 @@ def _read_input(path: str | None) -> list[str]:
 
 def cmd_translate(args: argparse.Namespace) -> None:
     from mt.distributed import resolve_device
-    from mt.rundir import load_run
+    from mt.rundir import decoding_model, load_run
     from mt.translate import translate_nbest
 
     _setup_logging()
@@ -121,10 +121,9 @@ def cmd_translate(args: argparse.Namespace) -> None:
     lines = _read_input(args.input) if args.input else None
     cfg, tokenizer, model = load_run(args.run, args.checkpoint)
     decode, device = _decoding(cfg.decode, args), resolve_device(args.device)
+    model = decoding_model(args.run, decode, tokenizer, model, device)
     lines = lines if lines is not None else _read_input(None)
-    found = translate_nbest(
-        model.to(device), tokenizer, lines, decode, device, max_source_pieces=cfg.data.max_len
-    )
+    found = translate_nbest(model, tokenizer, lines, decode, device, max_source_pieces=cfg.data.max_len)
     if decode.n_best == 1:
         out = [hyps[0][0] for hyps in found]
     else:  # Moses n-best format: input line index ||| translation ||| score
@@ -177,6 +176,13 @@ def cmd_average(args: argparse.Namespace) -> None:
     if not Path(args.run).is_dir():
         raise RunDirError(f"{args.run}: run directory not found")
     print(f"wrote {write_average(Path(args.run), args.last)}")
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from mt.rundir import export_run
+
+    _setup_logging()
+    print(f"wrote {export_run(args.run, args.checkpoint, args.quantization, args.out)}")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
@@ -236,6 +242,7 @@ COMMANDS = {
     "evaluate": cmd_evaluate,
     "report": cmd_report,
     "average": cmd_average,
+    "export": cmd_export,
     "serve": cmd_serve,
     "attention": cmd_attention,
 }

@@ -85,6 +85,20 @@ class TrainConfig:
     threads: int = within(0, 0)  # torch CPU threads; 0 = torch's default
 
 
+# CTranslate2's types of weights and arithmetic (decode.compute_type); default: the type exported
+COMPUTE_TYPES = (
+    "default",
+    "float32",
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "float16",
+    "bfloat16",
+)
+QUANTIZATIONS = ("none", *COMPUTE_TYPES[1:])  # what `mt export --quantization` stores
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     beam: int = within(1, 1)  # 1 = greedy
@@ -93,6 +107,8 @@ class DecodeConfig:
     max_len_a: float = within(1.5, 0.0)  # output length limit = a * source length + b
     max_len_b: int = within(10, 1)
     batch_tokens: int = within(6000, 16)  # source tokens (padding included) per decoding batch
+    engine: str = choice("torch", "torch", "ctranslate2")  # ctranslate2: the run's `mt export` (mt.engine)
+    compute_type: str = choice("default", *COMPUTE_TYPES)  # ctranslate2's, chosen as it loads
 
 
 @dataclass(frozen=True)
@@ -175,6 +191,13 @@ def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling =
             except Mismatch as e:
                 raise ConfigError(str(e), key) from None
     decode = dataclasses.replace(decode, **given)
+    if decode.compute_type != "default" and decode.engine != "ctranslate2":
+        name = spelling.name
+        raise ConfigError(
+            f"{spelling.lead.format(name=name('compute_type'), value=decode.compute_type)} is CTranslate2's: "
+            f"{spelling.verb} {name('engine')} ctranslate2",
+            "compute_type",
+        )
     if decode.n_best > decode.beam:
         name = spelling.name
         beam = f"{name('beam')} {decode.beam}" if "beam" in given else f"the run's beam ({decode.beam})"

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 
-from mt.card import code_version, config_section, hardware, read_card, result_key, update_card
+from mt.card import code_version, config_section, engine_name, hardware, read_card, result_key, update_card
 from mt.config import RunConfig
 from mt.data import load_split, read_parallel
 from mt.distributed import resolve_device
 from mt.files import write_text
 from mt.model import Seq2Seq, count_parameters
-from mt.rundir import checkpoint_path, load_run, read_metrics
+from mt.rundir import checkpoint_path, decoding_model, load_run, read_metrics
 from mt.translate import score, translate_lines
 
 
@@ -48,14 +48,17 @@ def evaluate_run(
         if files
         else (split, load_split(cfg.data, split))
     )
-    dev = resolve_device(device)
-    hyps = translate_lines(model.to(dev), tokenizer, src, cfg.decode, dev, max_source_pieces=cfg.data.max_len)
-    key = result_key(name, cfg.decode.beam, cfg.decode.length_penalty, path.stem)
+    dev, decode = resolve_device(device), cfg.decode
+    searcher = decoding_model(run_dir, decode, tokenizer, model, dev)
+    hyps = translate_lines(searcher, tokenizer, src, cfg.decode, dev, max_source_pieces=cfg.data.max_len)
+    engine = engine_name(decode.engine, decode.compute_type)
+    key = result_key(name, decode.beam, decode.length_penalty, path.stem, engine)
     result = {
         "split": name,
         "checkpoint": str(path),
         "beam": cfg.decode.beam,
         "length_penalty": cfg.decode.length_penalty,
+        **({"engine": decode.engine, "compute_type": decode.compute_type} if engine else {}),
         **score(hyps, ref),
         "refs_sha256": lines_sha256(ref),
         "hyp_file": f"hyp-{key}.txt",

@@ -65,6 +65,8 @@ class Result:
     bleu_lc: float = None
     bleu_lc_signature: str = None
     length_ratio: float = None
+    engine: str = None  # where not torch: ctranslate2, and its compute_type
+    compute_type: str = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,8 +31,9 @@ import torch
 
 from mt.card import read_card
 from mt.checkpoint import RESUMABLE_KEYS, build_model, load_checkpoint, set_rng_state, stored_config
-from mt.config import RunConfig, config_differences, config_to_dict, save_config
+from mt.config import DecodeConfig, RunConfig, config_differences, config_to_dict, save_config
 from mt.errors import RunDirError
+from mt.engine import Ct2Model, export_model
 from mt.files import write_text
 from mt.model import Seq2Seq
 from mt.records import RESUME_KEYS, Progress, metrics_row_problem, progress_of
@@ -109,6 +110,34 @@ def load_run(
     cfg = stored_config(ckpt, path, overrides)
     tokenizer = run_tokenizer(run_dir, ckpt, path.name, "the run directory is incomplete")
     return cfg, tokenizer, build_model(ckpt, cfg, path).eval()
+
+
+def decoding_model(
+    run_dir: str | Path, decode: DecodeConfig, tokenizer: Tokenizer, model: Seq2Seq, device: torch.device
+) -> Seq2Seq | Ct2Model:
+    """What translation searches with: the torch `model` on `device`, or for decode.engine ctranslate2
+    the run's CTranslate2 export (DIR/ct2, `mt export`), checked to hold the same weights."""
+    if decode.engine == "torch":
+        return model.to(device)
+    return Ct2Model(Path(run_dir) / "ct2", model, tokenizer, decode, device, torch.get_num_threads())
+
+
+def export_run(run_dir: str | Path, checkpoint: str, quantization: str, out: str | None) -> Path:
+    """`mt export`: the run's checkpoint as a CTranslate2 model directory (default DIR/ct2), with a
+    note of the checkpoint's file and sha256 and the run's config."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: run directory not found")
+    path = checkpoint_path(run_dir, checkpoint)
+    cfg, tokenizer, model = load_run(run_dir, str(path))
+    folder = Path(out) if out else run_dir / "ct2"
+    note = {
+        "checkpoint": path.name,
+        "checkpoint_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "config": config_to_dict(cfg),
+    }
+    export_model(model, tokenizer, folder, quantization, note)
+    return folder
 
 
 def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, Tokenizer] | None:

@@ -38,7 +38,7 @@ from mt.card import card_summary
 from mt.config import REQUEST, DecodeConfig, RunConfig, ServeLimits, decoding
 from mt.errors import ConfigError, ServeError
 from mt.model import Seq2Seq, count_parameters
-from mt.rundir import checkpoint_path, load_run
+from mt.rundir import checkpoint_path, decoding_model, load_run
 from mt.worker import Job, Overloaded, Worker
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ def server_info(
             "vocab_size": model.vocab_size,
             "parameters": count_parameters(model),
         },
-        "decode": {k: getattr(cfg.decode, k) for k in ("beam", "n_best", "length_penalty")},
+        "decode": {k: getattr(cfg.decode, k) for k in ("beam", "n_best", "length_penalty", "engine")},
         "card": card_summary(run_dir),
         "limits": dataclasses.asdict(limits),
     }
@@ -330,7 +330,8 @@ def serve(
     path = checkpoint_path(run_dir, checkpoint)  # once: "best" may warn that it falls back to last.pt
     cfg, tokenizer, model = load_run(run_dir, str(path), overrides)
     model = model.to(device)
-    worker = Worker(model, tokenizer, cfg, device, limits)
+    searcher = decoding_model(run_dir, cfg.decode, tokenizer, model, device)
+    worker = Worker(model, tokenizer, cfg, device, limits, searcher)
     info = server_info(run_dir, cfg, model, path, device, limits)
     http = uvicorn.Server(uvicorn.Config(create_app(worker, info), host=host, port=port, log_level="warning"))
     worker.running.set()  # requests are taken from the first one on; `run` below answers them

@@ -18,6 +18,7 @@ from mt.config import DecodeConfig
 from mt.data import normalize
 from mt.batching import source_batch, token_batches
 from mt.decode import Hypothesis, search
+from mt.engine import Ct2Model
 from mt.model import Seq2Seq
 from mt.tokenizer import Tokenizer
 
@@ -63,7 +64,7 @@ def source_parts(tokenizer: Tokenizer, lines: list[str], limit: int) -> tuple[li
 
 
 def search_lines(
-    model: Seq2Seq,
+    model: Seq2Seq | Ct2Model,
     tokenizer: Tokenizer,
     lines: list[str],
     cfg: DecodeConfig,
@@ -85,8 +86,7 @@ def search_lines(
     lengths = [len(p) + 1 for p in parts]
     found: list[list[Hypothesis]] = [[] for _ in parts]
     for group in token_batches(lengths, lengths, max(cfg.batch_tokens // cfg.beam, 1)):
-        src, src_mask = (t.to(device) for t in source_batch([parts[g] for g in group]))
-        for g, h in zip(group, search(model, src, src_mask, cfg, use_cache)):
+        for g, h in zip(group, _search_group(model, [parts[g] for g in group], cfg, device, use_cache)):
             found[g] = h
     model.train(was_training)
     by_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
@@ -96,6 +96,16 @@ def search_lines(
         line[0] if len(line) == 1 else [_join([h[0] for h in line]) if line else Hypothesis([], 0.0, 0.0)]
         for line in by_line
     ]
+
+
+def _search_group(
+    model: Seq2Seq | Ct2Model, parts: list[list[int]], cfg: DecodeConfig, device, use_cache: bool
+) -> list[list[Hypothesis]]:
+    """One batch of sources (piece ids) searched by either engine."""
+    if isinstance(model, Ct2Model):
+        return model.search(parts, cfg)
+    src, src_mask = (t.to(device) for t in source_batch(parts))
+    return search(model, src, src_mask, cfg, use_cache)
 
 
 def translate_lines(

@@ -17,6 +17,7 @@ import torch
 
 from mt.config import DecodeConfig, RunConfig, ServeLimits
 from mt.attention import attention_json, attention_maps
+from mt.engine import Ct2Model
 from mt.model import Seq2Seq
 from mt.tokenizer import Tokenizer
 from mt.translate import translate_nbest
@@ -58,9 +59,18 @@ class Worker:
     torch measured about half as fast here). Tests start it in a thread of its own (`start`)."""
 
     def __init__(
-        self, model: Seq2Seq, tokenizer: Tokenizer, cfg: RunConfig, device: torch.device, limits: ServeLimits
+        self,
+        model: Seq2Seq,
+        tokenizer: Tokenizer,
+        cfg: RunConfig,
+        device: torch.device,
+        limits: ServeLimits,
+        searcher: Seq2Seq | Ct2Model | None = None,
     ):
+        """`searcher` translates (default: `model`; `rundir.decoding_model` picks the engine); the
+        attention explorer always reads the torch `model`."""
         self.model, self.tokenizer, self.cfg, self.device, self.limits = model, tokenizer, cfg, device, limits
+        self.searcher = model if searcher is None else searcher
         # unbounded: `submit` keeps to max_queue, `stop` never waits
         self.queue: queue.Queue[Job | None] = queue.Queue()
         self.running = threading.Event()
@@ -88,7 +98,7 @@ class Worker:
 
     def translate(self, lines: list[str], decode: DecodeConfig) -> list:
         return translate_nbest(
-            self.model, self.tokenizer, lines, decode, self.device, max_source_pieces=self.cfg.data.max_len
+            self.searcher, self.tokenizer, lines, decode, self.device, max_source_pieces=self.cfg.data.max_len
         )
 
     def attention(self, lines: list[str], decode: DecodeConfig, index: int) -> list:

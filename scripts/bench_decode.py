@@ -1,6 +1,7 @@
 """Decoding speed of a trained run, cached against uncached, in one process on the same inputs.
 
     python scripts/bench_decode.py --run runs/multi30k --split test --beam 5
+    python scripts/bench_decode.py --run runs/multi30k --beam 5 --engine ctranslate2 --compute-type int8
 
 Prints one JSON line: sentences, beam, seconds, sentences_per_s, tokens_per_s (output pieces, eos
 included, per second), BLEU, and the same timing for decoding that re-runs the decoder over the whole
@@ -18,7 +19,7 @@ import torch
 
 from mt.data import load_split
 from mt.distributed import resolve_device
-from mt.rundir import load_run
+from mt.rundir import decoding_model, load_run
 from mt.translate import score, search_lines
 
 
@@ -38,13 +39,19 @@ def main() -> None:
     parser.add_argument("--batch-tokens", type=int)
     parser.add_argument("--skip-uncached", action="store_true")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"])
+    parser.add_argument("--compute-type", default="default", help="ctranslate2's, e.g. int8")
     args = parser.parse_args()
-    overrides = [f"decode.beam={args.beam}"]
+    overrides = [
+        f"decode.beam={args.beam}",
+        f"decode.engine={args.engine}",
+        f"decode.compute_type={args.compute_type}",
+    ]
     if args.batch_tokens:
         overrides.append(f"decode.batch_tokens={args.batch_tokens}")
     cfg, tokenizer, model = load_run(args.run, overrides=overrides)
     device = resolve_device(args.device)
-    model = model.to(device)
+    model = decoding_model(args.run, cfg.decode, tokenizer, model, device)
     src, ref = load_split(cfg.data, args.split)
     timed(model, tokenizer, src[:50], cfg.decode, device, True)  # warm up allocator and kernels
     seconds, found = timed(model, tokenizer, src, cfg.decode, device, True)
@@ -54,6 +61,8 @@ def main() -> None:
         "split": args.split,
         "sentences": len(src),
         "beam": args.beam,
+        "engine": args.engine,
+        "compute_type": args.compute_type,
         "batch_tokens": cfg.decode.batch_tokens,
         "device": str(device),
         "threads": torch.get_num_threads(),
@@ -62,7 +71,7 @@ def main() -> None:
         "tokens_per_s": round(sum(len(h) + 1 for h in hyps) / seconds, 1),
         "bleu": round(score(tokenizer.decode(hyps), ref)["bleu"], 2),
     }
-    if not args.skip_uncached:
+    if not args.skip_uncached and args.engine == "torch":
         uncached_seconds, uncached = timed(model, tokenizer, src, cfg.decode, device, False)
         result.update(
             {

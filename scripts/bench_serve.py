@@ -1,7 +1,7 @@
 """Load test of `mt serve`: the server on loopback, N concurrent clients sending test2016 lines for a
 bounded time, against `mt translate` on the same lines.
 
-    python scripts/bench_serve.py --run runs/multi30k-best --clients 1 8 32 --seconds 60
+    python scripts/bench_serve.py --run runs/multi30k-best --clients 1 8 32 --seconds 60 --engine torch
 
 First `mt translate --run RUN --input test.de` runs as its own process (its wall time, loading
 included), then what it does once loaded (`translate_nbest`) is timed in this process: the
@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 
 from mt.data import load_split
-from mt.rundir import load_run
+from mt.distributed import resolve_device
+from mt.rundir import decoding_model, load_run
 
 
 def free_port() -> int:
@@ -49,14 +50,14 @@ def post(conn: http.client.HTTPConnection, lines: list[str]) -> tuple[int, dict]
     return response.status, json.loads(response.read())
 
 
-def baseline(run: str, lines: list[str]) -> tuple[float, list[str]]:
+def baseline(run: str, lines: list[str], engine: list[str]) -> tuple[float, list[str]]:
     """`mt translate` as a user runs it: (wall seconds, model loading included; its output lines)."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "test.de"
         src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         start = time.perf_counter()
         out = subprocess.run(
-            [sys.executable, "-m", "mt", "translate", "--run", run, "--input", str(src)],
+            [sys.executable, "-m", "mt", "translate", "--run", run, "--input", str(src), *engine],
             capture_output=True,
             text=True,
             check=True,
@@ -80,13 +81,14 @@ def client(port: int, lines: list[str], start: int, per_request: int, deadline: 
     conn.close()
 
 
-def in_process(run: str, lines: list[str], size: int) -> float:
+def in_process(run: str, lines: list[str], size: int, engine: str) -> float:
     """Sentences/s of `translate_nbest` (what `mt translate` does once loaded) on consecutive groups
     of `size` lines, in this process, without HTTP: with size = all lines, `mt translate`'s rate; with
     the lines the clients keep in flight, the most the server could do with the batches it can form."""
     from mt.translate import translate_nbest
 
-    cfg, tokenizer, model = load_run(run)
+    cfg, tokenizer, model = load_run(run, overrides=[f"decode.engine={engine}"])
+    model = decoding_model(run, cfg.decode, tokenizer, model, resolve_device("cpu"))
     start = time.perf_counter()
     for i in range(0, len(lines), size):
         translate_nbest(
@@ -134,9 +136,21 @@ def level(port: int, lines: list[str], clients: int, seconds: float, per_request
     }
 
 
-def start_server(run: str, port: int) -> subprocess.Popen:
+def start_server(run: str, port: int, engine: list[str]) -> subprocess.Popen:
     server = subprocess.Popen(
-        [sys.executable, "-m", "mt", "serve", "--run", run, "--port", str(port), "--max-queue", "4096"],
+        [
+            sys.executable,
+            "-m",
+            "mt",
+            "serve",
+            "--run",
+            run,
+            "--port",
+            str(port),
+            "--max-queue",
+            "4096",
+            *engine,
+        ],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -159,12 +173,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--lines-per-request", type=int, default=1)
     parser.add_argument("--out", default="bench_serve.json")
+    parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"])
     args = parser.parse_args()
+    engine = ["--engine", args.engine]
     cfg, _, _ = load_run(args.run)
     lines = load_split(cfg.data, "test")[0]
-    wall, reference = baseline(args.run, lines)
+    wall, reference = baseline(args.run, lines, engine)
     rate = 2 / sum(
-        1 / in_process(args.run, lines, len(lines)) for _ in range(2)
+        1 / in_process(args.run, lines, len(lines), args.engine) for _ in range(2)
     )  # noisy: the mean time of two
     translate = {
         "sentences": len(lines),
@@ -173,9 +189,12 @@ def main() -> None:
         "sentences_per_s": round(rate, 2),
         "sentences_per_s_with_load": round(len(lines) / wall, 2),
     }
-    ceiling = {n: round(in_process(args.run, lines, n * args.lines_per_request), 2) for n in args.clients}
+    ceiling = {
+        n: round(in_process(args.run, lines, n * args.lines_per_request, args.engine), 2)
+        for n in args.clients
+    }
     port = free_port()
-    server = start_server(args.run, port)
+    server = start_server(args.run, port, engine)
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
         served = [
@@ -197,6 +216,7 @@ def main() -> None:
     result = {
         "run": args.run,
         "beam": cfg.decode.beam,
+        "engine": args.engine,
         "lines_per_request": args.lines_per_request,
         "cpu_threads": os.cpu_count(),
         "mt_translate": translate,

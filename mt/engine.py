@@ -1,0 +1,251 @@
+"""CTranslate2, the C++ inference engine, as a second way to decode an mt model.
+
+`export_model` writes a model as a CTranslate2 model directory; `Ct2Model` loads one and searches with
+it, answering as `decode.search` does (mt's `Hypothesis` lists, scored by mt's GNMT penalty), so that
+`translate.search_lines` serves translate, evaluate and serve with either engine. CTranslate2 is an
+optional extra (`pip install 'mt[ctranslate2]'`); without it only this engine is refused.
+
+mt's Transformer is CTranslate2's standard TransformerSpec, one to one:
+    src_embed, tgt_embed, out_proj    the one tied matrix (CTranslate2 stores equal arrays once)
+    x * sqrt(D) + positions           scale_embeddings, with mt's own sinusoid table (CTranslate2's
+                                      built-in one lays sin and cos out differently)
+    q_proj, kv_proj                   self-attention: one fused QKV linear; cross-attention: the query,
+                                      then the fused K/V, both in mt's order (K then V)
+    ffn.0, ffn.3, res_*.norm          FeedForwardSpec linear_0 and linear_1, each block's LayerNorm
+                                      (pre-norm: and the stack's final norm; post-norm has none)
+    </s> after every source           add_source_eos; decoding starts from <s>
+
+Scores: CTranslate2 ranks finished hypotheses by logprob / length^alpha. `Ct2Model` asks it for the
+raw log-probability (length_penalty 0) of all `beam` finished hypotheses and ranks them by mt's
+logprob / ((5 + length) / 6)^alpha, eos counted, so 1-best and n-best lists are mt's rankings. They
+can still differ from mt's torch search where CTranslate2's beam stops earlier or later than mt's (it
+stops once `beam` hypotheses are finished) and by float rounding (int8 most).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from mt.config import DecodeConfig, ModelConfig
+from mt.decode import Hypothesis
+from mt.errors import ConfigError, RunDirError
+from mt.model import Seq2Seq
+from mt.tokenizer import BOS, EOS, PAD, Tokenizer
+
+NOTE = "mt_export.json"  # beside CTranslate2's files: the source checkpoint's sha256, mt's config
+
+
+def ctranslate2():
+    """The ctranslate2 package, or a one-line ConfigError saying how to install it."""
+    try:
+        import ctranslate2 as ct2
+    except ImportError:
+        raise ConfigError(
+            "the ctranslate2 engine needs the CTranslate2 package: pip install -e '.[ctranslate2]'", "engine"
+        ) from None
+    return ct2
+
+
+def model_spec(model: Seq2Seq, tokenizer: Tokenizer):
+    """`model`'s weights as a CTranslate2 TransformerSpec (float32, before any quantization)."""
+    from ctranslate2.specs import TransformerSpec
+
+    cfg = model.cfg
+    spec = TransformerSpec.from_config(cfg.layers, cfg.n_heads, pre_norm=cfg.norm == "pre")
+    spec.config.layer_norm_epsilon = model.encoder[0].res_attn.norm.eps
+    for side, embed in ((spec.encoder, model.src_embed), (spec.decoder, model.tgt_embed)):
+        embeddings = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
+        embeddings.weight = _array(embed.weight)
+        side.scale_embeddings = True  # by sqrt(D), as mt does
+        side.position_encodings.encodings = _array(model.positions)  # (P, D): position 0 first
+    spec.decoder.projection.weight = _array(model.out_proj.weight)
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder):
+        _attention(layer_spec.self_attention, layer.self_attn, layer.res_attn.norm, self_attention=True)
+        _ffn(layer_spec.ffn, layer.ffn, layer.res_ffn.norm)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder):
+        _attention(layer_spec.self_attention, layer.self_attn, layer.res_self.norm, self_attention=True)
+        _attention(layer_spec.attention, layer.cross_attn, layer.res_cross.norm, self_attention=False)
+        _ffn(layer_spec.ffn, layer.ffn, layer.res_ffn.norm)
+    if cfg.norm == "pre":
+        _norm(spec.encoder.layer_norm, model.enc_norm)
+        _norm(spec.decoder.layer_norm, model.dec_norm)
+    pieces = vocabulary(tokenizer)
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    spec.config.add_source_eos = True
+    spec.config.decoder_start_token = pieces[BOS]
+    return spec
+
+
+def _array(t: torch.Tensor):
+    return t.detach().float().cpu().numpy()
+
+
+def _linear(spec, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    spec.weight = _array(weight)
+    if bias is not None:
+        spec.bias = _array(bias)
+
+
+def _norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+
+
+def _attention(spec, attn, norm: torch.nn.LayerNorm, self_attention: bool) -> None:
+    """mt's q_proj and kv_proj ((2D, D): K rows, then V rows) as CTranslate2's fused linears."""
+    if self_attention:  # one (3D, D) linear: Q, K, V
+        weight = torch.cat([attn.q_proj.weight, attn.kv_proj.weight])
+        _linear(spec.linear[0], weight, torch.cat([attn.q_proj.bias, attn.kv_proj.bias]))
+    else:  # the query from the decoder, the fused K/V from the encoder's output
+        _linear(spec.linear[0], attn.q_proj.weight, attn.q_proj.bias)
+        _linear(spec.linear[1], attn.kv_proj.weight, attn.kv_proj.bias)
+    _linear(spec.linear[-1], attn.out_proj.weight, attn.out_proj.bias)
+    _norm(spec.layer_norm, norm)
+
+
+def _ffn(spec, ffn: torch.nn.Sequential, norm: torch.nn.LayerNorm) -> None:
+    first, second = (m for m in ffn if isinstance(m, torch.nn.Linear))  # linear, ReLU, dropout, linear
+    _linear(spec.linear_0, first.weight, first.bias)
+    _linear(spec.linear_1, second.weight, second.bias)
+    _norm(spec.layer_norm, norm)
+
+
+def weights_sha256(model: Seq2Seq) -> str:
+    """A fingerprint of the model's weights (names, shapes, float32 bytes): what an export is of."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(f"{name}{tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().float().contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def export_model(model: Seq2Seq, tokenizer: Tokenizer, out: Path, quantization: str, note: dict) -> None:
+    """Write the CTranslate2 model directory `out`, with NOTE (`note` and the weights' fingerprint)
+    beside its files: built in a temporary folder next to it, then renamed into place, so `out` is
+    whole or as it was."""
+    ctranslate2()
+    spec = model_spec(model, tokenizer)
+    spec.validate()
+    spec.optimize(quantization=None if quantization == "none" else quantization)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    old = out.with_name(f".{out.name}.old")
+    try:
+        spec.save(str(building))
+        note = {**note, "quantization": quantization, "weights_sha256": weights_sha256(model)}
+        (building / NOTE).write_text(json.dumps(note, indent=2) + "\n")
+        if out.exists():
+            out.rename(old)
+        building.rename(out)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def read_note(folder: Path) -> dict:
+    """DIR/ct2's NOTE, checked; a missing or damaged export is a one-line RunDirError."""
+    again = f"export it with `mt export --run {folder.parent}`"
+    if not (folder / "model.bin").exists() or not (folder / NOTE).exists():
+        raise RunDirError(f"{folder}: no CTranslate2 export (model.bin and {NOTE}); {again}")
+    try:
+        note = json.loads((folder / NOTE).read_text())
+        ModelConfig(**note["config"]["model"])
+        str(note["weights_sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise RunDirError(f"{folder}/{NOTE}: damaged; {again}") from None
+    return note
+
+
+class Ct2Model:
+    """A CTranslate2 export loaded for search. `translate.search_lines` uses it as it uses a Seq2Seq:
+    `cfg` is the exported model's ModelConfig, `search` answers as `decode.search` does, and `eval`
+    and `train` keep the torch model's calls working."""
+
+    training = False
+
+    def __init__(
+        self, folder: Path, model: Seq2Seq, tokenizer: Tokenizer, decode: DecodeConfig, device, threads=0
+    ):
+        ct2, note = ctranslate2(), read_note(folder)
+        if note["weights_sha256"] != weights_sha256(model):
+            raise RunDirError(
+                f"{folder}: exported from other weights than the checkpoint asked for; export it again "
+                f"with `mt export --run {folder.parent} --checkpoint ...`"
+            )
+        try:
+            self.translator = ct2.Translator(
+                str(folder),
+                torch.device(device).type,
+                compute_type=decode.compute_type,
+                intra_threads=threads,
+            )
+        except (RuntimeError, ValueError) as e:  # a damaged model.bin, or a type this device lacks
+            reason = (str(e).splitlines() or [""])[0][:120]
+            raise RunDirError(f"{folder}: CTranslate2 cannot load it ({reason})") from None
+        self.cfg, self.folder = model.cfg, folder
+        self.pieces = vocabulary(tokenizer)
+        self.ids = {piece: i for i, piece in enumerate(self.pieces)}
+
+    def eval(self) -> Ct2Model:
+        return self
+
+    def train(self, mode: bool = True) -> Ct2Model:
+        return self
+
+    def search(self, parts: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
+        """cfg.n_best hypotheses for each source (piece ids without eos), ranked by mt's GNMT score.
+        CTranslate2 takes one length limit per batch: an output longer than its own a * S + b limit
+        is cut there, as mt's search stops it, and its cut pieces are scored again."""
+        limits = [
+            min(int(cfg.max_len_a * (len(ids) + 1) + cfg.max_len_b), self.cfg.max_positions - 1)
+            for ids in parts
+        ]
+        sources = [[self.pieces[i] for i in ids] for ids in parts]
+        results = self.translator.translate_batch(
+            sources,
+            beam_size=cfg.beam,
+            num_hypotheses=cfg.beam,  # every finished hypothesis, to rank by mt's penalty
+            length_penalty=0.0,
+            return_scores=True,
+            return_end_token=True,
+            max_input_length=0,
+            min_decoding_length=0,
+            max_decoding_length=max(limits),
+        )
+        found = [
+            [self._cut(tokens, logprob, limit) for tokens, logprob in zip(r.hypotheses, r.scores)]
+            for r, limit in zip(results, limits)
+        ]
+        cut = [(i, j) for i, hyps in enumerate(found) for j, (_, _, lp) in enumerate(hyps) if lp is None]
+        if cut:  # the cut pieces' log-probability: scored without the eos that score_batch adds
+            targets = [[self.pieces[t] for t in found[i][j][0]] for i, j in cut]
+            for (i, j), r in zip(cut, self.translator.score_batch([sources[i] for i, _ in cut], targets)):
+                found[i][j] = (found[i][j][0], False, sum(r.log_probs[:-1]))
+        return [self._ranked(hyps, cfg) for hyps in found]
+
+    def _cut(self, tokens: list[str], logprob: float, limit: int) -> tuple[list[int], bool, float | None]:
+        """(ids without eos, whether eos ended them, their log-probability; None: cut, to score again)."""
+        ids = [self.ids[piece] for piece in tokens]
+        if len(ids) <= limit:
+            ended = bool(ids) and ids[-1] == EOS
+            return (ids[:-1] if ended else ids), ended, logprob
+        return ids[:limit], False, None
+
+    def _ranked(self, found: list[tuple[list[int], bool, float]], cfg: DecodeConfig) -> list[Hypothesis]:
+        hyps = []
+        for ids, ended, logprob in found:  # greedy's score is its log-probability, beam's GNMT's, as mt's
+            penalty = ((5 + len(ids) + ended) / 6) ** cfg.length_penalty if cfg.beam > 1 else 1.0
+            hyps.append(Hypothesis(ids, logprob / penalty, logprob))
+        return sorted(hyps, key=lambda h: -h.score)[: cfg.n_best]
+
+
+def vocabulary(tokenizer: Tokenizer) -> list[str]:
+    """The pieces by id, as CTranslate2 names them (its padding token is <blank>)."""
+    pieces = [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    return ["<blank>" if i == PAD else piece for i, piece in enumerate(pieces)]
