@@ -170,8 +170,16 @@ class Ct2Model:
     training = False
 
     def __init__(
-        self, folder: Path, model: Seq2Seq, tokenizer: Tokenizer, decode: DecodeConfig, device, threads=0
+        self,
+        folder: Path,
+        model: Seq2Seq,
+        tokenizer: Tokenizer,
+        decode: DecodeConfig,
+        device,
+        threads: tuple[int, int] = (1, 0),
     ):
+        """`threads`: (translators, threads each); 0 threads = CTranslate2's default. Several
+        one-thread translators decode the batches of a file side by side (`search_groups`)."""
         ct2, note = ctranslate2(), read_note(folder)
         if note["weights_sha256"] != weights_sha256(model):
             raise RunDirError(
@@ -183,7 +191,8 @@ class Ct2Model:
                 str(folder),
                 torch.device(device).type,
                 compute_type=decode.compute_type,
-                intra_threads=threads,
+                inter_threads=threads[0],
+                intra_threads=threads[1],
             )
         except (RuntimeError, ValueError) as e:  # a damaged model.bin, or a type this device lacks
             reason = (str(e).splitlines() or [""])[0][:120]
@@ -198,17 +207,26 @@ class Ct2Model:
     def train(self, mode: bool = True) -> Ct2Model:
         return self
 
+    def search_groups(self, groups: list[list[list[int]]], cfg: DecodeConfig) -> list[list[list[Hypothesis]]]:
+        """`search` of each group of sources, all submitted at once: translators decode them side by side."""
+        pending = [self._submit(parts, cfg) for parts in groups]
+        return [self._collect(*submitted, cfg) for submitted in pending]
+
     def search(self, parts: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
         """cfg.n_best hypotheses for each source (piece ids without eos), ranked by mt's GNMT score.
         CTranslate2 takes one length limit per batch: an output longer than its own a * S + b limit
         is cut there, as mt's search stops it, and its cut pieces are scored again."""
+        return self.search_groups([parts], cfg)[0]
+
+    def _submit(self, parts: list[list[int]], cfg: DecodeConfig) -> tuple[list, list, list]:
         limits = [
             min(int(cfg.max_len_a * (len(ids) + 1) + cfg.max_len_b), self.cfg.max_positions - 1)
             for ids in parts
         ]
         sources = [[self.pieces[i] for i in ids] for ids in parts]
-        results = self.translator.translate_batch(
+        pending = self.translator.translate_batch(
             sources,
+            asynchronous=True,
             beam_size=cfg.beam,
             num_hypotheses=cfg.beam,  # every finished hypothesis, to rank by mt's penalty
             length_penalty=0.0,
@@ -218,9 +236,14 @@ class Ct2Model:
             min_decoding_length=0,
             max_decoding_length=max(limits),
         )
+        return sources, limits, pending
+
+    def _collect(
+        self, sources: list, limits: list[int], pending: list, cfg: DecodeConfig
+    ) -> list[list[Hypothesis]]:
         found = [
             [self._cut(tokens, logprob, limit) for tokens, logprob in zip(r.hypotheses, r.scores)]
-            for r, limit in zip(results, limits)
+            for r, limit in zip((p.result() for p in pending), limits)
         ]
         cut = [(i, j) for i, hyps in enumerate(found) for j, (_, _, lp) in enumerate(hyps) if lp is None]
         if cut:  # the cut pieces' log-probability: scored without the eos that score_batch adds

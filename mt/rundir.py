@@ -113,13 +113,22 @@ def load_run(
 
 
 def decoding_model(
-    run_dir: str | Path, decode: DecodeConfig, tokenizer: Tokenizer, model: Seq2Seq, device: torch.device
+    run_dir: str | Path,
+    decode: DecodeConfig,
+    tokenizer: Tokenizer,
+    model: Seq2Seq,
+    device: torch.device,
+    whole_files: bool = True,
 ) -> Seq2Seq | Ct2Model:
     """What translation searches with: the torch `model` on `device`, or for decode.engine ctranslate2
-    the run's CTranslate2 export (DIR/ct2, `mt export`), checked to hold the same weights."""
+    the run's CTranslate2 export (DIR/ct2, `mt export`), checked to hold the same weights: for
+    `whole_files`, one one-thread translator per thread, decoding batches side by side; else (serve's
+    one batch at a time) one translator with all the threads."""
     if decode.engine == "torch":
         return model.to(device)
-    return Ct2Model(Path(run_dir) / "ct2", model, tokenizer, decode, device, torch.get_num_threads())
+    n = torch.get_num_threads()
+    threads = (n, 1) if whole_files else (1, n)
+    return Ct2Model(Path(run_dir) / "ct2", model, tokenizer, decode, device, threads)
 
 
 def export_run(run_dir: str | Path, checkpoint: str, quantization: str, out: str | None) -> Path:

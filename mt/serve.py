@@ -330,7 +330,7 @@ def serve(
     path = checkpoint_path(run_dir, checkpoint)  # once: "best" may warn that it falls back to last.pt
     cfg, tokenizer, model = load_run(run_dir, str(path), overrides)
     model = model.to(device)
-    searcher = decoding_model(run_dir, cfg.decode, tokenizer, model, device)
+    searcher = decoding_model(run_dir, cfg.decode, tokenizer, model, device, whole_files=False)
     worker = Worker(model, tokenizer, cfg, device, limits, searcher)
     info = server_info(run_dir, cfg, model, path, device, limits)
     http = uvicorn.Server(uvicorn.Config(create_app(worker, info), host=host, port=port, log_level="warning"))

@@ -9,7 +9,7 @@ these functions, `mt translate` and `mt evaluate` call them; none of them reads 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from sacrebleu.metrics import BLEU, CHRF
@@ -85,8 +85,11 @@ def search_lines(
     owner, parts = source_parts(tokenizer, lines, limit)
     lengths = [len(p) + 1 for p in parts]
     found: list[list[Hypothesis]] = [[] for _ in parts]
-    for group in token_batches(lengths, lengths, max(cfg.batch_tokens // cfg.beam, 1)):
-        for g, h in zip(group, _search_group(model, [parts[g] for g in group], cfg, device, use_cache)):
+    groups = list(token_batches(lengths, lengths, max(cfg.batch_tokens // cfg.beam, 1)))
+    for group, hyps in zip(
+        groups, _search_groups(model, [[parts[g] for g in gr] for gr in groups], cfg, device, use_cache)
+    ):
+        for g, h in zip(group, hyps):
             found[g] = h
     model.train(was_training)
     by_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
@@ -98,14 +101,16 @@ def search_lines(
     ]
 
 
-def _search_group(
-    model: Seq2Seq | Ct2Model, parts: list[list[int]], cfg: DecodeConfig, device, use_cache: bool
-) -> list[list[Hypothesis]]:
-    """One batch of sources (piece ids) searched by either engine."""
+def _search_groups(
+    model: Seq2Seq | Ct2Model, groups: list[list[list[int]]], cfg: DecodeConfig, device, use_cache: bool
+) -> Iterator[list[list[Hypothesis]]]:
+    """Batches of sources (piece ids) searched by either engine; CTranslate2 gets them all at once."""
     if isinstance(model, Ct2Model):
-        return model.search(parts, cfg)
-    src, src_mask = (t.to(device) for t in source_batch(parts))
-    return search(model, src, src_mask, cfg, use_cache)
+        yield from model.search_groups(groups, cfg)
+        return
+    for parts in groups:
+        src, src_mask = (t.to(device) for t in source_batch(parts))
+        yield search(model, src, src_mask, cfg, use_cache)
 
 
 def translate_lines(

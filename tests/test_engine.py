@@ -28,7 +28,7 @@ def exported(model, tokenizer, folder, quantization="none"):
 
 
 def loaded(folder, model, tokenizer, **decode) -> Ct2Model:
-    return Ct2Model(folder, model, tokenizer, DecodeConfig(**decode), "cpu", 1)
+    return Ct2Model(folder, model, tokenizer, DecodeConfig(**decode), "cpu", (1, 1))
 
 
 @pytest.mark.parametrize("norm", ["pre", "post"])

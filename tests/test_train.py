@@ -121,7 +121,9 @@ def test_diverging_loss_exits_with_code_1_through_the_cli(tmp_path, tiny, monkey
 
 
 SLOW_UPDATES = (  # mt with a 1 s sleep in every training forward pass, during which MARKER exists
-    "import os, sys, time\n"
+    "import os, signal, sys, time\n"
+    # as in a terminal, whatever the test runner inherited (a background shell job ignores SIGINT)
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
     "import mt.step as T\n"
     "real = T.batch_loss\n"
     "def slow(model, batch, eps):\n"
