@@ -126,9 +126,9 @@ def weights_sha256(model: Seq2Seq) -> str:
 
 
 def export_model(model: Seq2Seq, tokenizer: Tokenizer, out: Path, quantization: str, note: dict) -> None:
-    """Write the CTranslate2 model directory `out`, with NOTE (`note` and the weights' fingerprint)
-    beside its files: built in a temporary folder next to it, then renamed into place, so `out` is
-    whole or as it was."""
+    """Write the CTranslate2 model directory `out`, with the run's spm.model and NOTE (`note` and the
+    weights' fingerprint) beside its files: built in a temporary folder next to it, then renamed into
+    place, so `out` is whole or as it was."""
     ctranslate2()
     spec = model_spec(model, tokenizer)
     spec.validate()
@@ -140,6 +140,7 @@ def export_model(model: Seq2Seq, tokenizer: Tokenizer, out: Path, quantization: 
         spec.save(str(building))
         note = {**note, "quantization": quantization, "weights_sha256": weights_sha256(model)}
         (building / NOTE).write_text(json.dumps(note, indent=2) + "\n")
+        (building / "spm.model").write_bytes(tokenizer.proto)  # the directory alone can tokenize
         if out.exists():
             out.rename(old)
         building.rename(out)

@@ -154,6 +154,7 @@ def test_export_then_translate_and_evaluate_with_the_engine(run, tmp_path, capsy
     assert code == 2 and "ct2: no CTranslate2 export" in err and "mt export --run" in err
     assert run_main(capsys, "export", "--run", str(run))[0] == 0
     note = json.loads((run / "ct2" / "mt_export.json").read_text())
+    assert (run / "ct2" / "spm.model").read_bytes() == (run / "spm.model").read_bytes()
     assert (
         note["checkpoint"] == "best.pt"
         and note["quantization"] == "none"
