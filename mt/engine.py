@@ -198,7 +198,7 @@ class Ct2Model:
         except (RuntimeError, ValueError) as e:  # a damaged model.bin, or a type this device lacks
             reason = (str(e).splitlines() or [""])[0][:120]
             raise RunDirError(f"{folder}: CTranslate2 cannot load it ({reason})") from None
-        self.cfg, self.folder = model.cfg, folder
+        self.cfg, self.folder, self.threads = model.cfg, folder, threads
         self.pieces = vocabulary(tokenizer)
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
 

@@ -121,13 +121,14 @@ def decoding_model(
     whole_files: bool = True,
 ) -> Seq2Seq | Ct2Model:
     """What translation searches with: the torch `model` on `device`, or for decode.engine ctranslate2
-    the run's CTranslate2 export (DIR/ct2, `mt export`), checked to hold the same weights: for
-    `whole_files`, one one-thread translator per thread, decoding batches side by side; else (serve's
-    one batch at a time) one translator with all the threads."""
+    the run's CTranslate2 export (DIR/ct2, `mt export`), checked to hold the same weights. Threads:
+    beam search over `whole_files` runs one one-thread translator per thread, decoding batches side
+    by side; greedy search and serve's one batch at a time, one translator with all the threads (on
+    2 cores: beam 5 7% faster, greedy 8% slower the first way; scripts/bench_decode.py --ct2-threads)."""
     if decode.engine == "torch":
         return model.to(device)
     n = torch.get_num_threads()
-    threads = (n, 1) if whole_files else (1, n)
+    threads = (n, 1) if whole_files and decode.beam > 1 else (1, n)
     return Ct2Model(Path(run_dir) / "ct2", model, tokenizer, decode, device, threads)
 
 

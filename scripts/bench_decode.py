@@ -19,6 +19,7 @@ import torch
 
 from mt.data import load_split
 from mt.distributed import resolve_device
+from mt.engine import Ct2Model
 from mt.rundir import decoding_model, load_run
 from mt.translate import score, search_lines
 
@@ -41,6 +42,9 @@ def main() -> None:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"])
     parser.add_argument("--compute-type", default="default", help="ctranslate2's, e.g. int8")
+    parser.add_argument(
+        "--ct2-threads", help="ctranslate2's layout TRANSLATORSxTHREADS, e.g. 1x2 (default: 2x1)"
+    )
     args = parser.parse_args()
     overrides = [
         f"decode.beam={args.beam}",
@@ -51,7 +55,11 @@ def main() -> None:
         overrides.append(f"decode.batch_tokens={args.batch_tokens}")
     cfg, tokenizer, model = load_run(args.run, overrides=overrides)
     device = resolve_device(args.device)
+    torch_threads = torch.get_num_threads()  # before CTranslate2 sets OpenMP's for its translators
     model = decoding_model(args.run, cfg.decode, tokenizer, model, device)
+    if args.ct2_threads:
+        layout = tuple(int(n) for n in args.ct2_threads.split("x"))
+        model = Ct2Model(model.folder, load_run(args.run)[2], tokenizer, cfg.decode, device, layout)
     src, ref = load_split(cfg.data, args.split)
     timed(model, tokenizer, src[:50], cfg.decode, device, True)  # warm up allocator and kernels
     seconds, found = timed(model, tokenizer, src, cfg.decode, device, True)
@@ -65,7 +73,7 @@ def main() -> None:
         "compute_type": args.compute_type,
         "batch_tokens": cfg.decode.batch_tokens,
         "device": str(device),
-        "threads": torch.get_num_threads(),
+        "threads": torch_threads if args.engine == "torch" else "x".join(map(str, model.threads)),
         "seconds": round(seconds, 3),
         "sentences_per_s": round(len(src) / seconds, 1),
         "tokens_per_s": round(sum(len(h) + 1 for h in hyps) / seconds, 1),
