@@ -105,22 +105,28 @@ def text_model(tokenizer):
     return Seq2Seq(TEXT_MODEL, tokenizer.vocab_size).eval()
 
 
+def train_on_toy(tokenizer, toy, cfg: ModelConfig, pairs: int, updates: int) -> Seq2Seq:
+    """A model of `cfg` after `updates` seeded updates (1,024-token batches, peak lr 3e-3) on the first
+    `pairs` toy training pairs, in eval mode."""
+    torch.manual_seed(0)
+    model = Seq2Seq(cfg, tokenizer.vocab_size)
+    optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
+    src, tgt = toy["train"]
+    stream = BatchStream(
+        Pairs.from_ids(tokenizer.encode(src[:pairs]), tokenizer.encode(tgt[:pairs])), 1024, seed=0
+    )
+    epoch = index = 0
+    for step in range(1, updates + 1):
+        batches, epoch, index = stream.take(epoch, index, 1)
+        train_step(model, optimizer, batches, TrainConfig(), inverse_sqrt_lr(step, 3e-3, 50))
+    return model.eval()
+
+
 @pytest.fixture(scope="session")
 def trained_model(tokenizer, toy):
     """The same architecture after 300 updates on 2,000 toy pairs: it ends hypotheses with eos, at
     different steps for different sentences (tests/test_decode.py checks that it does)."""
-    torch.manual_seed(0)
-    model = Seq2Seq(TEXT_MODEL, tokenizer.vocab_size)
-    optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
-    src, tgt = toy["train"]
-    stream = BatchStream(
-        Pairs.from_ids(tokenizer.encode(src[:2000]), tokenizer.encode(tgt[:2000])), 1024, seed=0
-    )
-    epoch = index = 0
-    for step in range(1, 301):
-        batches, epoch, index = stream.take(epoch, index, 1)
-        train_step(model, optimizer, batches, TrainConfig(), inverse_sqrt_lr(step, 3e-3, 50))
-    return model.eval()
+    return train_on_toy(tokenizer, toy, TEXT_MODEL, 2000, 300)
 
 
 @pytest.fixture(params=["text_model", "trained_model"])

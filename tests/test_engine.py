@@ -6,14 +6,13 @@ import sys
 
 import pytest
 import torch
-from conftest import TEXT_MODEL, run_main
+from conftest import TEXT_MODEL, run_main, train_on_toy
 
-from mt.batching import BatchStream, Pairs, make_batch
-from mt.config import DecodeConfig, TrainConfig
+from mt.batching import make_batch
+from mt.config import DecodeConfig
 from mt.engine import Ct2Model, ctranslate2, export_model, vocabulary
 from mt.errors import ConfigError, RunDirError
 from mt.model import Seq2Seq
-from mt.step import inverse_sqrt_lr, train_step
 from mt.translate import score, search_lines, translate_lines
 
 ct2 = pytest.importorskip("ctranslate2")
@@ -53,18 +52,7 @@ def test_teacher_forced_scores_equal_mts_log_probabilities_in_a_padded_batch(tok
 @pytest.fixture(scope="module")
 def trained_model(tokenizer, toy):
     """A model worth translating with: 500 updates on 5,000 toy pairs (test BLEU about 64, 25 s)."""
-    torch.manual_seed(0)
-    model = Seq2Seq(dataclasses.replace(TEXT_MODEL, d_model=64, d_ff=256), tokenizer.vocab_size)
-    optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
-    src, tgt = toy["train"]
-    stream = BatchStream(
-        Pairs.from_ids(tokenizer.encode(src[:5000]), tokenizer.encode(tgt[:5000])), 1024, seed=0
-    )
-    epoch = index = 0
-    for step in range(1, 501):
-        batches, epoch, index = stream.take(epoch, index, 1)
-        train_step(model, optimizer, batches, TrainConfig(), inverse_sqrt_lr(step, 3e-3, 50))
-    return model.eval()
+    return train_on_toy(tokenizer, toy, dataclasses.replace(TEXT_MODEL, d_model=64, d_ff=256), 5000, 500)
 
 
 @pytest.fixture(scope="module")
