@@ -16,10 +16,11 @@ mt's Transformer is CTranslate2's standard TransformerSpec, one to one:
     </s> after every source           add_source_eos; decoding starts from <s>
 
 Scores: CTranslate2 ranks finished hypotheses by logprob / length^alpha. `Ct2Model` asks it for the
-raw log-probability (length_penalty 0) of all `beam` finished hypotheses and ranks them by mt's
-logprob / ((5 + length) / 6)^alpha, eos counted, so 1-best and n-best lists are mt's rankings. They
-can still differ from mt's torch search where CTranslate2's beam stops earlier or later than mt's (it
-stops once `beam` hypotheses are finished) and by float rounding (int8 most).
+raw log-probability (RAW_SCORES below) of all `beam` finished hypotheses and ranks them by mt's
+logprob / ((5 + length) / 6)^alpha, eos counted, so 1-best and n-best lists are mt's rankings. Both
+searches take eos only from the K best of 2K candidates and stop a sentence at K finished, so they
+agree hypothesis for hypothesis; they can still differ by float rounding (int8 most) and where a
+batch's length limit (CTranslate2 takes one per batch) is longer than a line's own (cut and rescored).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ from mt.model import Seq2Seq
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
 
 NOTE = "mt_export.json"  # beside CTranslate2's files: the source checkpoint's sha256, mt's config
+# CTranslate2's length penalty when mt ranks: any nonzero one makes its beam stop a sentence once `beam`
+# hypotheses are finished, as mt's does (at 0 it goes on until the top beam ends too), and
+# length ** 1e-30 == 1.0 in float, so the scores it returns stay raw log-probabilities
+RAW_SCORES = 1e-30
 
 
 def ctranslate2():
@@ -230,7 +235,7 @@ class Ct2Model:
             asynchronous=True,
             beam_size=cfg.beam,
             num_hypotheses=cfg.beam,  # every finished hypothesis, to rank by mt's penalty
-            length_penalty=0.0,
+            length_penalty=RAW_SCORES,
             return_scores=True,
             return_end_token=True,
             max_input_length=0,

@@ -61,25 +61,19 @@ def trained_export(trained_model, tokenizer, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_greedy_is_identical_and_beam_5_differs_only_by_better_hypotheses(
-    trained_model, tokenizer, trained_export, toy
-):
+def test_greedy_and_beam_5_are_identical_with_mts_scores(trained_model, tokenizer, trained_export, toy):
     lines = toy["test"][0][:200]
-    # greedy: every line; beam 5: 190 of 200 here. CTranslate2's beam search goes on after mt's has K
-    # finished hypotheses; every line where that changes the 1-best, the longer hypothesis it found
-    # has the better GNMT score by mt's own ranking (checked below), so the floor is set lower than
-    # this machine's count, as training on another CPU gives another model.
-    for beam, least in ((1, 200), (5, 180)):
+    # 200 of 200 here for both; the floor (99%) leaves room for float rounding on another CPU, where
+    # two candidates' log-probabilities can tie within 1e-6 and each engine break the tie its own way
+    for beam in (1, 5):
         cfg = DecodeConfig(beam=beam)
         mine = search_lines(trained_model, tokenizer, lines, cfg)
         theirs = search_lines(loaded(trained_export, trained_model, tokenizer), tokenizer, lines, cfg)
         same = [a[0].tokens == b[0].tokens for a, b in zip(mine, theirs)]
-        assert sum(same) >= least, beam
-        for a, b, equal in zip(mine, theirs, same):
-            if equal:
+        assert sum(same) >= 198, beam
+        for a, b in zip(mine, theirs):
+            if a[0].tokens == b[0].tokens:
                 assert b[0].score == pytest.approx(a[0].score, abs=1e-3)
-            else:  # found by the longer search: at least as good by mt's own score
-                assert b[0].score >= a[0].score - 1e-4
 
 
 @pytest.mark.slow
