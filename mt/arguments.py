@@ -106,6 +106,12 @@ def _train_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="start over in a run directory that holds a checkpoint (its files move to replaced-*/)",
     )
+    p.add_argument(
+        "--init-from",
+        metavar="RUN[@CHECKPOINT]",
+        help="fine-tune: start from that run's weights (best, last, averaged or a file) and tokenizer, "
+        "with a new optimizer and schedule (train.init_from)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

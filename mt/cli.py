@@ -48,7 +48,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from mt.distributed import stop
     from mt.train import train
 
-    cfg = load_config(args.config, args.set)
+    overrides = [*args.set, *([f"train.init_from={args.init_from}"] if args.init_from else [])]
+    cfg = load_config(args.config, overrides)
     run_dir = Path(args.run_dir or Path("runs") / cfg.name)
     _setup_logging()
     try:
@@ -59,7 +60,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         world = int(os.environ.get("WORLD_SIZE", 1))
         launcher = [f"torchrun --nproc_per_node {world} -m mt"] if world > 1 else ["mt"]
         again = " ".join(
-            [*launcher, "train", args.config, "--run-dir", str(run_dir), *(f"--set {s}" for s in args.set)]
+            [*launcher, "train", args.config, "--run-dir", str(run_dir), *(f"--set {s}" for s in overrides)]
         )
         print(
             f"mt: training stopped by {result['interrupted']} at step {result['step']}; resume with: {again}",

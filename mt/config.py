@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,6 +36,7 @@ class TokenizerConfig:
     vocab_size: int = within(8000, 16)
     character_coverage: float = within(1.0, 0.9, 1.0)
     sample_sentences: int = within(2_000_000, 1000)  # lines (both sides) BPE learns from: a seeded sample
+    from_run: str = ""  # a run directory whose spm.model this run uses (no BPE is learned); "" = learn one
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ class TrainConfig:
     max_nonfinite: int = within(5, 1)  # updates in a row with a non-finite loss before training stops
     seed: int = 1
     threads: int = within(0, 0)  # torch CPU threads; 0 = torch's default
+    # RUN[@best|last|averaged|FILE]: start from that run's weights and tokenizer, with a fresh optimizer,
+    # step counter and schedule (fine-tuning); "" = random weights
+    init_from: str = ""
+    freeze: list[str] = field(default_factory=list)  # parts that keep the weights they start with: FREEZABLE
 
 
 # CTranslate2's types of weights and arithmetic (decode.compute_type); default: the type exported
@@ -96,7 +101,12 @@ COMPUTE_TYPES = (
     "float16",
     "bfloat16",
 )
-QUANTIZATIONS = ("none", *COMPUTE_TYPES[1:])  # what `mt export --quantization` stores
+QUANTIZATIONS = ("none", *COMPUTE_TYPES[1:])
+FREEZABLE = (
+    "embeddings",
+    "encoder",
+    "decoder",
+)  # train.freeze's parts (Seq2Seq.freeze)  # what `mt export --quantization` stores
 
 
 @dataclass(frozen=True)
@@ -234,11 +244,29 @@ def validate(cfg: RunConfig) -> RunConfig:
             f"train.precision: {cfg.train.precision} needs a CUDA device; use bf16 or fp32 on CPU"
         )
     decoding(DecodeConfig(), dataclasses.asdict(cfg.decode))  # n_best <= beam, in the config's terms
+    _check_lineage(cfg.train, cfg.tokenizer)
     if cfg.data.max_len + 2 > m.max_positions:
         raise ConfigError(
             f"data.max_len ({cfg.data.max_len}) + 2 exceeds model.max_positions ({m.max_positions})"
         )
     return cfg
+
+
+def _check_lineage(t: TrainConfig, tokenizer: TokenizerConfig) -> None:
+    """train.freeze names parts of a model that starts from another run's (mt.lineage)."""
+    for part in t.freeze:
+        if part not in FREEZABLE:
+            raise ConfigError(f"train.freeze: {part!r} is not one of {', '.join(FREEZABLE)}")
+    if t.freeze and not t.init_from:
+        raise ConfigError("train.freeze: frozen parts of a new model stay random; set train.init_from")
+    if set(t.freeze) == set(FREEZABLE):
+        whole = ", ".join(FREEZABLE)
+        raise ConfigError(f"train.freeze: {whole} is the whole model; leave one part to train")
+    if t.init_from and tokenizer.from_run:
+        raise ConfigError(
+            "tokenizer.from_run: train.init_from already brings its run's tokenizer; "
+            "remove tokenizer.from_run"
+        )
 
 
 def _parse_override(item: str) -> tuple[list[str], Any]:

@@ -278,6 +278,18 @@ class Seq2Seq(nn.Module):
             elif name.endswith("bias") and "norm" not in name:
                 nn.init.zeros_(p)
 
+    def freeze(self, parts: list[str]) -> None:
+        """Keep `parts` (train.freeze) as they are: embeddings (source, target and the output projection,
+        one matrix when tied), encoder or decoder (its layers and its final norm)."""
+        modules = {
+            "embeddings": [self.src_embed, self.tgt_embed, self.out_proj],
+            "encoder": [self.encoder, self.enc_norm],
+            "decoder": [self.decoder, self.dec_norm],
+        }
+        for part in parts:
+            for module in modules[part]:
+                module.requires_grad_(False)
+
     def _embed(self, embed: nn.Embedding, ids: Tensor, offset: int) -> Tensor:
         """ids (B, L) -> (B, L, D): scaled token embedding + sinusoidal position from `offset`."""
         L = ids.size(1)

@@ -121,6 +121,16 @@ class Training:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Origin:
+    """Where a run's weights (card `parent`) or tokenizer (`tokenizer_from`) came from: mt.lineage."""
+
+    open_keys: ClassVar[bool] = True
+    run: str
+    checkpoint: str = None  # parent only: the file in `run`
+    sha256: str  # of that checkpoint, or of the spm.model
+
+
+@dataclass(frozen=True, kw_only=True)
 class Card:
     open_keys: ClassVar[bool] = True
     config: CardConfig
@@ -130,6 +140,8 @@ class Card:
     hardware: Hardware = None
     training: Training = None
     results: dict[str, Result] = None
+    parent: Origin = None
+    tokenizer_from: Origin = None
 
 
 # ---- metrics.jsonl -----------------------------------------------------------------------------------------

@@ -243,15 +243,23 @@ def _verdicts(base: Run, others: list[Run], tests: dict[str, dict]) -> list[str]
 
 
 def _run_line(run: Run) -> str:
-    """Where a run came from: its base config, code, precision, hardware, and why it stopped."""
+    """Where a run came from: its base config, parent run or shared tokenizer, code, precision,
+    hardware, and why it stopped."""
     c = run.card
     hw, code = c.get("hardware", {}), c.get("code", {})
     device = hw.get("gpu") or f"{hw.get('cpu', '?')}, {hw.get('threads', '?')} threads"
     return (
-        f"- `{run.path}`: base {c['config']['base']}, code {code.get('git_commit', '?')[:10]}"
+        f"- `{run.path}`: base {c['config']['base']}{_lineage(c)}, code {code.get('git_commit', '?')[:10]}"
         f"{' (uncommitted changes)' if code.get('dirty') else ''}, {c.get('precision')}, "
         f"{device}, stopped: {c.get('training', {}).get('stopped') or '–'}"
     )
+
+
+def _lineage(card: dict) -> str:
+    parent, shared = card.get("parent"), card.get("tokenizer_from")
+    if parent:
+        return f", fine-tuned from `{parent['run']}/{parent['checkpoint']}` (sha256 {parent['sha256'][:12]})"
+    return f", tokenizer of `{shared['run']}`" if shared else ""
 
 
 def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: list[Run]) -> list[str]:

@@ -3,9 +3,9 @@ and for every record a run directory holds (mt.records).
 
 A field's annotation is the type of its value: int, float (an int is taken), str, bool, dict, list, a
 class such as torch.Tensor, a dataclass (a nested mapping, checked the same way), `dict[str, X]` (every
-value an X) or `X | None` (null allowed). A field without a default must be given; a field with one
-may be left out, and when given must be of its type (a default of None does not allow null). Its
-metadata may add `choices` or a range: see `choice` and `within`.
+value an X), `list[X]` (every item an X) or `X | None` (null allowed). A field without a default must
+be given; a field with one may be left out, and when given must be of its type (a default of None does
+not allow null). Its metadata may add `choices` or a range: see `choice` and `within`.
 
 Two class attributes change how a mapping is read: `open_keys = True` lets keys the dataclass does not
 list through (a file a newer mt wrote may have more), and `all_required = True` makes every field
@@ -102,6 +102,10 @@ def _typed(path: str, kind: Any, value: Any, aliases) -> Any:
         each = typing.get_args(kind)[1]
         items = _typed(path, dict, value, aliases).items()
         return {key: _typed(_join(path, key), each, item, aliases) for key, item in items}
+    if typing.get_origin(kind) is list:  # list[X]: every item an X
+        each = typing.get_args(kind)[0]
+        items = _typed(path, list, value, aliases)
+        return [_typed(f"{path}[{i}]", each, item, aliases) for i, item in enumerate(items)]
     if kind is float and isinstance(value, str):
         try:
             value = float(value)

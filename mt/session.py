@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from mt import checkpoint, corpus, distributed, rundir
+from mt import checkpoint, corpus, distributed, lineage, rundir
 from mt.card import code_version, config_section, hardware, update_card
 from mt.config import RunConfig
 from mt.errors import ConfigError
@@ -64,6 +64,19 @@ def start_device(cfg: RunConfig, ranks: distributed.Ranks) -> torch.device:
     return device
 
 
+def new_tokenizer(
+    cfg: RunConfig, run_dir: Path, parent: lineage.Parent | None, ranks: distributed.Ranks
+) -> tuple[Tokenizer, int | None, dict]:
+    """A new run's tokenizer, the pair count if BPE read the corpus, and its lineage for the card: the
+    parent's (train.init_from), another run's (tokenizer.from_run), or joint BPE learned here."""
+    if parent:
+        return parent.tokenizer, None, {"parent": parent.record()}
+    if cfg.tokenizer.from_run:
+        tokenizer, source = lineage.shared_tokenizer(cfg, run_dir)
+        return tokenizer, None, {"tokenizer_from": source}
+    return *joint_bpe(cfg, ranks), {}
+
+
 def joint_bpe(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[Tokenizer, int | None]:
     """Learned once, on rank 0, so that every rank has the very same pieces; and the pair count."""
     tokenizer, pairs = corpus.learn_tokenizer(cfg) if ranks.main else (None, None)
@@ -101,10 +114,13 @@ def setup(
     log.info("run directory %s", run_dir)
     device = start_device(cfg, ranks)
     val_lines = load_split(cfg.data, "val") if ranks.main else None
-    tokenizer, pairs = (resumed[1], None) if resumed else joint_bpe(cfg, ranks)
+    parent = None if resumed else lineage.parent_of(cfg, run_dir)
+    tokenizer, pairs, origin = (
+        (resumed[1], None, {}) if resumed else new_tokenizer(cfg, run_dir, parent, ranks)
+    )
     train_pairs = training_corpus(cfg, tokenizer, pairs, ranks)
     val = make_validation(*val_lines, tokenizer, cfg.train.max_tokens) if ranks.main else None
-    model, optimizer, scaler, progress = learner(cfg, tokenizer.vocab_size, device, resumed, ranks)
+    model, optimizer, scaler, progress = learner(cfg, tokenizer.vocab_size, device, resumed, parent, ranks)
     metrics = None
     if ranks.main:  # the first write: the lock, then the run's files
         cleanup.enter_context(rundir.locked(run_dir))
@@ -112,7 +128,9 @@ def setup(
             run_dir, cfg, tokenizer, progress.step if resumed else None, force_new, start_log
         )
         cleanup.callback(metrics.close)
-    log_start(cfg, run_dir, progress if resumed else None, model, device, ranks)
+        if origin:  # recorded at once: a run stopped by a crash still names what it came from
+            update_card(run_dir, config=config_section(cfg), parameters=count_parameters(model), **origin)
+    log_start(cfg, run_dir, progress if resumed else None, model, device, ranks, parent)
     # DDP wraps the model for training steps only; validation and saving use the plain module
     ddp = DistributedDataParallel(model, broadcast_buffers=False) if ranks.enabled else model
     return Session(
@@ -139,8 +157,9 @@ def log_start(
     model: Seq2Seq,
     device: torch.device,
     ranks: distributed.Ranks,
+    parent: lineage.Parent | None,
 ) -> None:
-    """The run's opening lines: where it resumes from, and what trains on what."""
+    """The run's opening lines: where it resumes or starts from, and what trains on what."""
     if resumed:
         log.info(
             "resuming %s/last.pt: step %d, epoch %d (batch %d), %s",
@@ -149,6 +168,10 @@ def log_start(
             resumed.epoch,
             resumed.batch_index,
             best_so_far(resumed),
+        )
+    elif parent:
+        log.info(
+            "starting from %s: its weights and tokenizer, a new optimizer and schedule", parent.checkpoint
         )
     log.info(
         "model: %d parameters; device %s; precision %s; threads %d; processes %d",
@@ -161,11 +184,22 @@ def log_start(
 
 
 def learner(
-    cfg: RunConfig, vocab_size: int, device: torch.device, resumed: tuple | None, ranks: distributed.Ranks
+    cfg: RunConfig,
+    vocab_size: int,
+    device: torch.device,
+    resumed: tuple | None,
+    parent: lineage.Parent | None,
+    ranks: distributed.Ranks,
 ) -> tuple[Seq2Seq, torch.optim.Optimizer, torch.amp.GradScaler, Progress]:
-    """The model, Adam, the fp16 grad scaler and the counters: new, or restored from `resumed`."""
-    model = Seq2Seq(cfg.model, vocab_size).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    """The model, Adam, the fp16 grad scaler and the counters: new (random weights, or the parent's),
+    or restored from `resumed`. Adam holds only the parameters train.freeze leaves to train."""
+    model = Seq2Seq(cfg.model, vocab_size)
+    if parent:
+        model.load_state_dict(parent.ckpt["model"])
+    model.freeze(cfg.train.freeze)
+    model = model.to(device)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.train.precision == "fp16")
     if resumed:
         return (

@@ -57,6 +57,12 @@ def test_unknown_key_suggests_closest(tmp_path):
     )
 
 
+def test_the_issues_spelling_of_tokenizer_from_points_to_from_run(tmp_path):
+    with pytest.raises(ConfigError) as e:  # `from` is Python's keyword, so the key is from_run
+        load_config(write(tmp_path, "tokenizer:\n  from: runs/base\n"))
+    assert "unknown key 'tokenizer.from'; did you mean 'from_run'?" in str(e.value)
+
+
 def test_unknown_section(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown key 'modle'; did you mean 'model'\?"):
         load_config(write(tmp_path, "modle:\n  layers: 2\n"))

@@ -32,6 +32,7 @@ ORDER = [
     "card",
     "checkpoint",
     "rundir",
+    "lineage",
     "step",
     "session",
     "train",

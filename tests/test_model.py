@@ -1,9 +1,11 @@
 """mt/model.py: masks, causality, padding invariance, incremental decoding, tied weights, attention
 equivalence, and the attention weights the layers use."""
 
+import pytest
 import torch
 
 from mt.batching import make_batch
+from mt.config import FREEZABLE
 from mt.model import Dropout, KVCache, decoder_self_mask
 from mt.tokenizer import BOS, PAD
 
@@ -284,3 +286,17 @@ def test_cross_attention_weights_reproduce_the_attention_output(small_model):
     mixed = layer.weights(x, k, mask) @ v  # (B, H, T, Dh)
     B, H, T, Dh = mixed.shape
     torch.testing.assert_close(layer.out_proj(mixed.transpose(1, 2).reshape(B, T, H * Dh)), seen["out"])
+
+
+@pytest.mark.parametrize("parts", [["embeddings"], ["encoder"], ["decoder"], ["embeddings", "encoder"]])
+def test_freeze_stops_exactly_the_named_parts(small_model, parts):
+    prefixes = {
+        "embeddings": ("src_embed", "tgt_embed", "out_proj"),
+        "encoder": ("encoder.", "enc_norm"),
+        "decoder": ("decoder.", "dec_norm"),
+    }
+    assert set(prefixes) == set(FREEZABLE)
+    small_model.freeze(parts)
+    frozen = tuple(p for part in parts for p in prefixes[part])
+    for name, p in small_model.named_parameters():  # the tied matrix is listed once, as src_embed
+        assert p.requires_grad == (not name.startswith(frozen)), name

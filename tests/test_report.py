@@ -12,6 +12,7 @@ from mt.evaluate import evaluate_run
 from mt.report import (
     Run,
     _p,
+    _run_line,
     load_runs,
     paired_bootstrap,
     plot_curves,
@@ -144,3 +145,13 @@ def test_report_and_attention_say_where_they_wrote(two_runs, tmp_path, capsys, m
     assert (tmp_path / "runs" / "report.md").is_file()
     assert main(["attention", "--run", str(two_runs[0]), "Der Hund ."]) == 0
     assert capsys.readouterr().err.splitlines()[-1] == f"wrote {two_runs[0]}/attention.png"
+
+
+def test_the_runs_section_names_a_parent_or_a_shared_tokenizer(tmp_path):
+    card = {"config": {"base": "multi30k.yaml"}, "precision": "fp32", "code": {"git_commit": "abc"}}
+    parent = {"run": "runs/ft-base", "checkpoint": "best.pt", "sha256": "0123456789abcdef"}
+    child = Run(tmp_path, {**card, "parent": parent}, [], {})
+    assert ", fine-tuned from `runs/ft-base/best.pt` (sha256 0123456789ab)," in _run_line(child)
+    shared = Run(tmp_path, {**card, "tokenizer_from": {"run": "runs/a", "sha256": "ff"}}, [], {})
+    assert ", tokenizer of `runs/a`," in _run_line(shared)
+    assert "fine-tuned" not in _run_line(Run(tmp_path, card, [], {}))

@@ -28,6 +28,7 @@ class Schema:
     x: float | None = None
     inner: Inner = None
     each: dict[str, Each] = None
+    names: list[str] = None
 
 
 @pytest.mark.parametrize(
@@ -48,6 +49,9 @@ class Schema:
         ({"n": 1, "each": {"a": {"ok": True}, "b": {"ok": 1}}}, "each.b.ok: expected bool, got int 1"),
         ({"n": 1, "each": {"a": 3}}, "each.a: expected a mapping, got int"),
         ([1], "config: expected a mapping, got list"),
+        ({"n": 1, "names": ["a", "b"]}, ""),
+        ({"n": 1, "names": "a"}, "names: expected list, got str 'a'"),
+        ({"n": 1, "names": ["a", 3]}, "names[1]: expected str, got int 3"),
     ],
 )
 def test_problem_names_the_first_key_that_departs(record, expected):
