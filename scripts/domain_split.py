@@ -2,13 +2,14 @@
 score runs' test2016 translations on the topic's lines and on the rest.
 
     python scripts/domain_split.py split --out data/finetune
-    python scripts/domain_split.py score --data data/finetune runs/ft-all runs/ft-base runs/ft-dogs
+    python scripts/domain_split.py score --data data/finetune runs/multi30k runs/ft-base runs/ft-dogs
 
 `split` picks the pairs whose English side has one of --words (whole words, any case) and writes two
 `data.corpus: files` folders: OUT/rest (the training pairs without the topic; val and test whole) and
 OUT/topic (the topic's training and val pairs; test whole), and OUT/topic-test.txt, the topic's test
-line numbers. `score` reads each run's newest hyp-test*.txt (`mt evaluate` writes it) and prints a
-Markdown table: BLEU and chrF on the topic's test lines, on the rest, and on all.
+line numbers. `score` reads each run's --hypotheses file (`mt evaluate --beam 5` writes
+hyp-test-beam5.txt) and prints a Markdown table: BLEU and chrF on the topic's test lines, on the rest,
+and on all.
 """
 
 from __future__ import annotations
@@ -52,20 +53,15 @@ def split(out: Path, words: tuple[str, ...]) -> None:
         print(f"{name}: {n} of {total} pairs on topic ({100 * n / total:.1f}%)")
 
 
-def newest_hypotheses(run: Path) -> Path:
-    found = sorted(run.glob("hyp-test*.txt"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise SystemExit(f"{run}: no hyp-test*.txt; run `mt evaluate --run {run}` first")
-    return found[-1]
-
-
-def score_runs(data: Path, runs: list[Path]) -> None:
+def score_runs(data: Path, runs: list[Path], name: str) -> None:
     topic = {int(line) for line in (data / "topic-test.txt").read_text().split()}
     _, ref = load_split(DataConfig(), "test")
     print("| run | hypotheses | topic BLEU | topic chrF | rest BLEU | rest chrF | all BLEU |")
     print("|---|---|---|---|---|---|---|")
     for run in runs:
-        path = newest_hypotheses(run)
+        path = run / name
+        if not path.exists():
+            raise SystemExit(f"{path}: not found; run `mt evaluate --run {run} --beam 5` first")
         hyp = path.read_text(encoding="utf-8").splitlines()
         parts = {
             name: score([h for i, h in enumerate(hyp) if keep(i)], [r for i, r in enumerate(ref) if keep(i)])
@@ -86,12 +82,13 @@ def main() -> None:
     splitting.add_argument("--words", nargs="+", default=list(DOGS))
     scoring = commands.add_parser("score")
     scoring.add_argument("--data", default="data/finetune")
+    scoring.add_argument("--hypotheses", default="hyp-test-beam5.txt", help="the file in each run")
     scoring.add_argument("runs", nargs="+")
     args = parser.parse_args()
     if args.command == "split":
         split(Path(args.out), tuple(args.words))
     else:
-        score_runs(Path(args.data), [Path(run) for run in args.runs])
+        score_runs(Path(args.data), [Path(run) for run in args.runs], args.hypotheses)
 
 
 if __name__ == "__main__":

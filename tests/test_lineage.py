@@ -205,3 +205,9 @@ def test_tokenizer_from_run_shares_the_vocabulary_of_a_fresh_model(trained, tiny
     ) == (
         f"tokenizer.from_run: tokenizer.vocab_size: 200 in {parent}, 300 here: set them as that run has them"
     )
+    copy = tmp_path / "copy"
+    shutil.copytree(parent, copy)
+    (copy / "spm.model").write_bytes(b"not a sentencepiece model")
+    assert refused(capsys, tmp_path, tiny, "--set", f"tokenizer.from_run={copy}").startswith(
+        f"tokenizer.from_run: {copy / 'spm.model'}: cannot use it ("
+    )
