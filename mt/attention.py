@@ -16,6 +16,7 @@ from mt.batching import make_batch, source_batch
 from mt.config import DecodeConfig
 from mt.data import normalize
 from mt.decode import search
+from mt.files import write_figure
 from mt.model import Seq2Seq, decoder_self_mask
 from mt.tokenizer import PAD, Tokenizer
 
@@ -135,6 +136,6 @@ def plot_attention(src: list[str], tgt: list[str], layers: list, path: Path, per
                 f"layer {i + 1}" + (f", head {h + 1}" if per_head else ", mean of heads"), fontsize=9
             )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_figure(fig, path)
     plt.close(fig)
     return fig  # closed, but its axes can still be read

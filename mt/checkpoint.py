@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import logging
 import pickle
 import random
@@ -23,7 +24,7 @@ import torch
 
 from mt.config import RunConfig, apply_overrides, config_differences, config_from_dict, config_to_dict
 from mt.errors import ConfigError, RunDirError
-from mt.files import atomic_write
+from mt.files import write_bytes
 from mt.model import Seq2Seq
 from mt.records import Checkpoint, Progress, problem
 from mt.tokenizer import Tokenizer
@@ -88,8 +89,15 @@ def save_checkpoint(
         "progress": dataclasses.asdict(progress),
         "rng": rng_states,
     }
-    with atomic_write(path) as f:
-        torch.save(ckpt, f)
+    write_torch(path, ckpt)
+
+
+def write_torch(path: Path, obj: dict) -> None:
+    """torch.save, made in memory and written with the atomic writer: torch's zip writer turns a full
+    disk into "unexpected pos"; written as bytes, the OS's error reaches mt.files.write_failure."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_bytes(path, buffer.getbuffer())
 
 
 def keep_model(
@@ -97,17 +105,16 @@ def keep_model(
 ) -> None:
     """DIR/ckpt-STEP.pt: the model (weights, config, progress; no optimizer) at this validation; only
     the `keep` newest stay (train.keep_last)."""
-    with atomic_write(run_dir / f"ckpt-{progress.step:07d}.pt") as f:
-        torch.save(
-            {
-                "model": model.state_dict(),
-                "config": config_to_dict(cfg),
-                "vocab_size": model.vocab_size,
-                "tokenizer_sha256": tokenizer.sha256,
-                "progress": dataclasses.asdict(progress),
-            },
-            f,
-        )
+    write_torch(
+        run_dir / f"ckpt-{progress.step:07d}.pt",
+        {
+            "model": model.state_dict(),
+            "config": config_to_dict(cfg),
+            "vocab_size": model.vocab_size,
+            "tokenizer_sha256": tokenizer.sha256,
+            "progress": dataclasses.asdict(progress),
+        },
+    )
     for old in kept_models(run_dir)[:-keep]:
         old.unlink()
 
@@ -150,8 +157,7 @@ def write_average(run_dir: Path, last: int) -> Path:
             f"{run_dir}: {len(kept)} kept checkpoints (ckpt-*.pt), fewer than the {last} to average; "
             f"set train.keep_last >= {last} and validate more often or train longer"
         )
-    with atomic_write(run_dir / "averaged.pt") as f:
-        torch.save(average_models(kept[-last:]), f)
+    write_torch(run_dir / "averaged.pt", average_models(kept[-last:]))
     log.info("wrote %s: the mean of %s", run_dir / "averaged.pt", ", ".join(p.name for p in kept[-last:]))
     return run_dir / "averaged.pt"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import logging
 import os
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from mt.arguments import build_parser, one_line, parse
 from mt.config import COMMAND_LINE, DecodeConfig, ServeLimits, decoding, load_config
 from mt.errors import ConfigError, RunDirError, UserError
+from mt.files import write_failure, write_text
 
 log = logging.getLogger("mt")
 
@@ -111,6 +113,30 @@ def _read_input(path: str | None) -> list[str]:
     return lines
 
 
+def _write_stdout(text: str) -> None:
+    """Standard output, checked: Python's buffered writer reports a full disk late or never (a short
+    write leaves the rest in its buffer), so a file or pipe gets every byte by os.write, and a refused
+    write is a WriteError naming where stdout goes."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture): Python's own writer
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    data = text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    except OSError as e:
+        if e.errno == errno.EPIPE:  # the reader has gone (`| head`): nothing is left to tell
+            return
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            path = "standard output"
+        raise write_failure(path, e) from None
+
+
 def cmd_translate(args: argparse.Namespace) -> None:
     from mt.distributed import resolve_device
     from mt.rundir import decoding_model, load_run
@@ -131,12 +157,10 @@ def cmd_translate(args: argparse.Namespace) -> None:
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, hyps in enumerate(found) for text, score in hyps]
     text = "".join(line + "\n" for line in out)
     if args.output:
-        from mt.files import write_text
-
         write_text(args.output, text)
         print(f"wrote {args.output} ({len(lines)} lines)", file=sys.stderr)
     else:
-        sys.stdout.write(text)
+        _write_stdout(text)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:

@@ -32,7 +32,7 @@ from mt.config import DataConfig, RunConfig
 from mt.errors import DataError
 from mt.batching import Pairs
 from mt.data import TextSource, count_lines, downloads_dir, source_lines, training_sources
-from mt.files import write_text
+from mt.files import write_failure, write_text
 from mt.tokenizer import Tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -97,17 +97,20 @@ def tokenizer_sample(cfg: DataConfig, limit: int, seed: int, path: Path) -> tupl
         picked = iter(order.sort().values.tolist())
     wanted = next(picked) if picked else 0
     written, index = 0, 0
-    with open(path, "w", encoding="utf-8") as f:
-        for source in sources:
-            text = False
-            for line in source_lines(source):
-                if picked is None or index == wanted:
-                    f.write(line + "\n")
-                    written, text = written + 1, text or bool(line)
-                    wanted = next(picked, -1) if picked else 0
-                index += 1
-            if picked is None and not text:
-                raise DataError(f"{source}: file is empty")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            for source in sources:
+                text = False
+                for line in source_lines(source):
+                    if picked is None or index == wanted:
+                        f.write(line + "\n")
+                        written, text = written + 1, text or bool(line)
+                        wanted = next(picked, -1) if picked else 0
+                    index += 1
+                if picked is None and not text:
+                    raise DataError(f"{source}: file is empty")
+    except OSError as e:  # reading errors are DataErrors (mt.data): this is the sample's write
+        raise write_failure(path, e) from None
     return written, total
 
 
@@ -229,8 +232,8 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None) -> 
     log.info("binarizing the training pairs into %s (%s)", folder, problem)
     building = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
-    building.mkdir(parents=True)
     try:
+        building.mkdir(parents=True)
         counts = binarize(sources, tokenizer, cfg.max_len, building, total)
         files = {
             name: {"bytes": (building / name).stat().st_size, "sha256": _sha256(building / name)}
@@ -245,6 +248,8 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None) -> 
             os.replace(folder, old)
             shutil.rmtree(old, ignore_errors=True)
         os.replace(building, folder)
+    except OSError as e:  # reading errors are DataErrors (mt.data): this is the cache's write
+        raise write_failure(building, e) from None
     finally:
         shutil.rmtree(building, ignore_errors=True)
     return folder

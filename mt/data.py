@@ -22,7 +22,7 @@ from typing import Iterator, Union
 
 from mt.config import DataConfig
 from mt.errors import DataError
-from mt.files import write_bytes
+from mt.files import write_bytes, write_failure
 from mt.toy import toy_corpus
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,10 @@ def _download(manifest: dict, dest: Path) -> None:
                 f"cannot download {url} ({e}); set MT_DATA_DIR to a folder holding "
                 f"multi30k/{{train,val,test2016}}.{{de,en}}.gz"
             ) from None
-        dest.mkdir(parents=True, exist_ok=True)
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise write_failure(dest, e) from None
         write_bytes(target, payload)
 
 

@@ -36,6 +36,7 @@ import torch
 from mt.config import DecodeConfig, ModelConfig
 from mt.decode import Hypothesis
 from mt.errors import ConfigError, RunDirError
+from mt.files import write_failure
 from mt.model import Seq2Seq
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
 
@@ -138,8 +139,11 @@ def export_model(model: Seq2Seq, tokenizer: Tokenizer, out: Path, quantization: 
     spec = model_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=None if quantization == "none" else quantization)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as e:
+        raise write_failure(out, e) from None
     old = out.with_name(f".{out.name}.old")
     try:
         spec.save(str(building))
@@ -148,7 +152,14 @@ def export_model(model: Seq2Seq, tokenizer: Tokenizer, out: Path, quantization: 
         (building / "spm.model").write_bytes(tokenizer.proto)  # the directory alone can tokenize
         if out.exists():
             out.rename(old)
-        building.rename(out)
+        try:
+            building.rename(out)
+        except OSError:
+            if old.exists():  # the previous export back in its place
+                old.rename(out)
+            raise
+    except OSError as e:
+        raise write_failure(out, e) from None
     finally:
         shutil.rmtree(building, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)

@@ -6,6 +6,7 @@ code 2 (`--debug` shows the traceback); every other exception is a bug.
     DataError       a corpus or text file: missing, unreadable, damaged, misaligned, empty
     RunDirError     a run directory's files: missing, damaged, from another config, or held by a training
     ServeError      `mt serve` cannot start (the address is taken)
+    WriteError      a file mt writes cannot be written: the disk is full, read-only, not ours, or gone
 """
 
 from __future__ import annotations
@@ -34,3 +35,7 @@ class RunDirError(UserError):
 
 class ServeError(UserError):
     """`mt serve` cannot start."""
+
+
+class WriteError(UserError):
+    """The OS refused a write (mt.files.write_failure words it): nothing was half-written."""

@@ -1,15 +1,39 @@
-"""Replacing a file safely: the one way mt writes a file that something else may be reading or resuming from.
+"""Writing files safely: the one way mt replaces a file that something else may be reading or resuming
+from, and the one message for a write the OS refuses.
 
 `atomic_write` writes to a temporary file in the same folder, fsyncs it, renames it over the target and
-fsyncs the folder, so a crash at any point leaves either the old file or the new one, never a mix.
+fsyncs the folder, so a crash at any point leaves either the old file or the new one, never a mix. A
+write the OS refuses (a full disk, a read-only file system, no permission, a folder that has gone)
+leaves the old file and no temporary one, and raises `write_failure`'s one-line WriteError.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import os
 from pathlib import Path
 from typing import BinaryIO, Iterator
+
+from mt.errors import WriteError
+
+
+def write_failure(path: str | Path, e: OSError) -> WriteError:
+    """The one message for a write the OS refused: the file, the OS's reason, and what to do."""
+    path = Path(path)
+    folder = next((p for p in [path.parent, *path.parent.parents] if p.is_dir()), Path("/"))
+    mount = next((p for p in [folder, *folder.parents] if os.path.ismount(p)), Path("/"))
+    fix = {
+        errno.ENOSPC: f"free space on {mount}, then run the same command again",
+        errno.EDQUOT: f"free space within your quota on {mount}, then run the same command again",
+        errno.EFBIG: "the file is larger than this process may write (ulimit -f); raise the limit",
+        errno.EROFS: f"{mount} is mounted read-only; write to another folder",
+        errno.EACCES: f"you may not write in {folder}; change its permissions or write to another folder",
+        errno.EPERM: f"you may not write in {folder}; change its permissions or write to another folder",
+        errno.ENOENT: f"{path.parent} no longer exists; create it again or write to another folder",
+    }.get(e.errno, "write to another folder")
+    return WriteError(f"{path}: cannot write ({e.strerror or e}); {fix}")
 
 
 @contextlib.contextmanager
@@ -17,7 +41,7 @@ def atomic_write(path: str | Path) -> Iterator[BinaryIO]:
     """Yield a binary file; when the block ends without an error, it replaces `path` durably.
 
     The temporary file is `.NAME.tmp` beside `path`; an error inside the block removes it and leaves
-    `path` as it was.
+    `path` as it was; an OSError of the OS's (ENOSPC, EROFS, ...) becomes `write_failure`'s WriteError.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -26,15 +50,21 @@ def atomic_write(path: str | Path) -> Iterator[BinaryIO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise write_failure(path, e) from None
         raise
-    os.replace(tmp, path)
-    folder = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(folder)  # make the rename itself durable
-    finally:
-        os.close(folder)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)  # make the rename itself durable
+        finally:
+            os.close(folder)
+    except OSError as e:
+        raise write_failure(path, e) from None
 
 
 def write_bytes(path: str | Path, data: bytes) -> None:
@@ -44,3 +74,10 @@ def write_bytes(path: str | Path, data: bytes) -> None:
 
 def write_text(path: str | Path, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
+
+
+def write_figure(fig, path: str | Path, dpi: int = 110) -> None:
+    """A matplotlib figure, drawn in memory and written with the atomic writer (its format: the suffix)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", dpi=dpi)
+    write_bytes(path, buffer.getvalue())

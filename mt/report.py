@@ -21,7 +21,7 @@ from sacrebleu.significance import PairedTest
 from mt.card import read_card
 from mt.config import config_to_dict, flatten, read_saved_config
 from mt.errors import ConfigError, RunDirError
-from mt.files import write_text
+from mt.files import write_figure, write_text
 from mt.rundir import read_metrics
 
 P_THRESHOLD = 0.05
@@ -327,7 +327,7 @@ def plot_curves(runs: list[Run], path: Path):
         if high - low < 2.0:
             ax.set_ylim((low + high) / 2 - 1.0, (low + high) / 2 + 1.0)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_figure(fig, path)
     plt.close(fig)
     return fig  # closed, but its axes can still be read
 

@@ -23,6 +23,7 @@ import json
 import logging
 import logging.handlers
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -32,9 +33,9 @@ import torch
 from mt.card import read_card
 from mt.checkpoint import RESUMABLE_KEYS, build_model, load_checkpoint, set_rng_state, stored_config
 from mt.config import DecodeConfig, RunConfig, config_differences, config_to_dict, save_config
-from mt.errors import RunDirError
+from mt.errors import RunDirError, WriteError
 from mt.engine import Ct2Model, export_model
-from mt.files import write_text
+from mt.files import write_failure, write_text
 from mt.model import Seq2Seq
 from mt.records import RESUME_KEYS, Progress, metrics_row_problem, progress_of
 from mt.tokenizer import Tokenizer
@@ -205,10 +206,13 @@ def restore(
 def archive_previous(run_dir: Path) -> None:
     """--force-new: move the previous run's files into DIR/replaced-<time>/ rather than delete them."""
     dest = run_dir / time.strftime("replaced-%Y%m%d-%H%M%S")
-    dest.mkdir()
-    for pattern in ARCHIVED:
-        for path in run_dir.glob(pattern):
-            path.rename(dest / path.name)
+    try:
+        dest.mkdir()
+        for pattern in ARCHIVED:
+            for path in run_dir.glob(pattern):
+                path.rename(dest / path.name)
+    except OSError as e:
+        raise write_failure(dest, e) from None
     log.info("--force-new: moved the previous run's files to %s", dest)
 
 
@@ -252,8 +256,11 @@ def keep_metrics_until(path: Path, step: int) -> None:
 def locked(run_dir: Path) -> Iterator[None]:
     """Hold DIR/train.lock while a training writes DIR: a second `mt train` on it is refused. The lock
     is the kernel's (flock), so it ends with the process however it ends: a crash leaves none behind."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / "train.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / "train.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise write_failure(run_dir / "train.lock", e) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -263,27 +270,50 @@ def locked(run_dir: Path) -> Iterator[None]:
                 f"{run_dir} is being trained by {holder}; wait for it to finish or stop it (Ctrl-C "
                 f"saves and exits), or use another --run-dir"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(
-            fd, f"mt train (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0
-        )
+        holder = f"mt train (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n"
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder.encode(), 0)
+        except OSError as e:
+            raise write_failure(run_dir / "train.lock", e) from None
         yield
     finally:
         os.close(fd)
 
 
 class MetricsLog:
-    """DIR/metrics.jsonl, one JSON object a line, flushed as written; `report` and resume read it."""
+    """DIR/metrics.jsonl, one JSON object a line, flushed as written; `report` and resume read it. A
+    line the OS refuses is a WriteError that stops the run, never a row silently lost (resume drops
+    a half-written last line)."""
 
     def __init__(self, path: Path, append: bool):
-        self.file = open(path, "a" if append else "w", encoding="utf-8")
+        self.path = path
+        try:
+            self.file = open(path, "a" if append else "w", encoding="utf-8")
+        except OSError as e:
+            raise write_failure(path, e) from None
 
     def write(self, record: dict) -> None:
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
+        try:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+        except OSError as e:
+            raise write_failure(self.path, e) from None
 
     def close(self) -> None:
-        self.file.close()
+        with contextlib.suppress(OSError):  # after a refused write: the error is already on its way
+            self.file.close()
+
+
+class RunLogHandler(logging.FileHandler):
+    """DIR/train.log: a record the OS refuses to write stops the run with a WriteError, as a refused
+    checkpoint does (logging's default prints a traceback and goes on)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            raise write_failure(self.baseFilename, error) from None
+        super().handleError(record)
 
 
 @contextlib.contextmanager
@@ -299,7 +329,10 @@ def run_log(logger: logging.Logger, enabled: bool = True) -> Iterator[Callable[[
     handlers: list[logging.Handler] = []
 
     def start(path: Path) -> None:
-        handler = logging.FileHandler(path, encoding="utf-8")
+        try:
+            handler = RunLogHandler(path, encoding="utf-8")
+        except OSError as e:
+            raise write_failure(path, e) from None
         handler.setFormatter(LOG_FORMAT)
         held.setTarget(handler)
         held.flush()
@@ -312,7 +345,8 @@ def run_log(logger: logging.Logger, enabled: bool = True) -> Iterator[Callable[[
     finally:
         for handler in [held, *handlers]:
             logger.removeHandler(handler)
-            handler.close()
+            with contextlib.suppress(OSError, WriteError):  # a refused write is already on its way
+                handler.close()
 
 
 def open_run_dir(
@@ -328,7 +362,10 @@ def open_run_dir(
     to the resumed step)."""
     if force_new and (run_dir / "last.pt").exists():
         archive_previous(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_failure(run_dir, e) from None
     start_log(run_dir / "train.log")
     save_config(cfg, run_dir / "config.yaml")
     metrics = run_dir / "metrics.jsonl"

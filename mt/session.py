@@ -16,7 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 from mt import checkpoint, corpus, distributed, lineage, rundir
 from mt.card import code_version, config_section, hardware, update_card
 from mt.config import RunConfig
-from mt.errors import ConfigError
+from mt.errors import ConfigError, WriteError
 from mt.batching import BatchStream, Pairs
 from mt.data import load_split
 from mt.model import Seq2Seq, count_parameters
@@ -217,9 +217,14 @@ def save(s: Session, name: str) -> None:
     """Every rank calls this (its RNG state goes in); rank 0 writes."""
     rng = distributed.gather(checkpoint.rng_state(s.device), s.ranks)  # one per rank
     if s.ranks.main:
-        checkpoint.save_checkpoint(
-            s.run_dir / name, s.cfg, s.model, s.tokenizer, s.optimizer, s.scaler, s.progress, rng
-        )
+        try:
+            checkpoint.save_checkpoint(
+                s.run_dir / name, s.cfg, s.model, s.tokenizer, s.optimizer, s.scaler, s.progress, rng
+            )
+        except WriteError as e:  # no way to resume from here on: stop, saying so once
+            raise WriteError(
+                f"training stopped at step {s.progress.step}, its checkpoints as they were: {e}"
+            ) from None
 
 
 def write_metrics(s: Session, record: dict) -> None:
