@@ -51,16 +51,19 @@ def test_stop_and_resume_equals_one_go(tmp_path, tiny_config):
 
 @pytest.mark.slow
 def test_sigkill_while_writing_a_checkpoint_resumes_from_the_previous_one(tmp_path, tiny_resume):
-    # The second torch.save writes a few bytes of the temporary file, then the process SIGKILLs itself.
+    # The second checkpoint writes a few bytes of its temporary file, then the process SIGKILLs itself.
     driver = (
-        "import os, signal, sys, torch\n"
-        "real, calls = torch.save, []\n"
-        "def dying_save(obj, f):\n"
+        "import os, signal, sys\n"
+        "from mt import checkpoint\n"
+        "from mt.files import atomic_write\n"
+        "real, calls = checkpoint.write_bytes, []\n"
+        "def dying_write(path, data):\n"
         "    calls.append(1)\n"
         "    if len(calls) == 2:\n"
-        "        f.write(b'half a checkpoint'); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
-        "    real(obj, f)\n"
-        "torch.save = dying_save\n"
+        "        with atomic_write(path) as f:\n"
+        "            f.write(b'half a checkpoint'); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    real(path, data)\n"
+        "checkpoint.write_bytes = dying_write\n"
         "from mt.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
