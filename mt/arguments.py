@@ -114,6 +114,21 @@ def _train_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _score_options(p: argparse.ArgumentParser) -> None:
+    _run_options(p, decoding=False)
+    p.add_argument("--src", required=True, help="source lines")
+    p.add_argument("--ref", required=True, help="their translations, line by line")
+    p.add_argument(
+        "--output", help="output file (default: stdout): sum, GNMT score, then each piece's; tab-separated"
+    )
+    p.add_argument(
+        "--length-penalty",
+        type=_at_least(0.0, float),
+        help="GNMT alpha of the score column (default: the run's)",
+    )
+    p.add_argument("--batch-tokens", type=_at_least(16), help="tokens per batch (default: the run's)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mt", description="Train and run Transformer translation models.")
     parser.add_argument("--version", action="version", version=f"mt {__version__}")
@@ -128,11 +143,16 @@ def build_parser() -> argparse.ArgumentParser:
     _run_options(p, n_best=True)
     p.add_argument("--input", help="input file (default: stdin)")
     p.add_argument("--output", help="output file (default: stdout)")
+    p.add_argument(
+        "--prefix-file",
+        help="one target prefix per input line (may be empty): each translation starts with it",
+    )
     p = command("evaluate", "translate a split (or --src/--ref files) and score it with sacreBLEU")
     _run_options(p)
     p.add_argument("--split", default="test", choices=["test", "val"], help="the run's corpus split")
     p.add_argument("--src", help="score this source file instead of a split (with --ref)")
     p.add_argument("--ref", help="the reference translations of --src, line by line")
+    _score_options(command("score", "the log-probability a run gives each translation, line by line"))
     p = command("report", "compare runs: a Markdown table, significance tests, learning curves")
     p.add_argument("runs", nargs="+", help="run directories; the first is the baseline")
     p.add_argument("--out", default="runs/report.md", help="Markdown file; the plot goes beside it")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mt.arguments import build_parser, one_line, parse
 from mt.config import COMMAND_LINE, DecodeConfig, ServeLimits, decoding, load_config
-from mt.errors import ConfigError, RunDirError, UserError
+from mt.errors import ConfigError, DataError, RunDirError, UserError
 from mt.files import write_failure, write_text
 
 log = logging.getLogger("mt")
@@ -150,7 +150,15 @@ def cmd_translate(args: argparse.Namespace) -> None:
     decode, device = _decoding(cfg.decode, args), resolve_device(args.device)
     model = decoding_model(args.run, decode, tokenizer, model, device)
     lines = lines if lines is not None else _read_input(None)
-    found = translate_nbest(model, tokenizer, lines, decode, device, max_source_pieces=cfg.data.max_len)
+    prefixes = _read_input(args.prefix_file) if args.prefix_file else None
+    if prefixes is not None and len(prefixes) != len(lines):
+        raise DataError(
+            f"{args.prefix_file} has {len(prefixes)} lines but the input has {len(lines)}; "
+            f"give one prefix per input line (an empty line for none)"
+        )
+    found = translate_nbest(
+        model, tokenizer, lines, decode, device, max_source_pieces=cfg.data.max_len, prefixes=prefixes
+    )
     if decode.n_best == 1:
         out = [hyps[0][0] for hyps in found]
     else:  # Moses n-best format: input line index ||| translation ||| score
@@ -159,6 +167,30 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.output:
         write_text(args.output, text)
         print(f"wrote {args.output} ({len(lines)} lines)", file=sys.stderr)
+    else:
+        _write_stdout(text)
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    """Each pair's log-probability: sum, GNMT score (eos counted, as n-best lists), then one per piece
+    and eos; tab-separated, one line per input pair."""
+    from mt.data import read_parallel
+    from mt.distributed import resolve_device
+    from mt.rundir import load_run
+    from mt.translate import score_lines
+
+    _setup_logging()
+    src, ref = read_parallel(Path(args.src), Path(args.ref))
+    cfg, tokenizer, model = load_run(args.run, args.checkpoint)
+    decode, device = _decoding(cfg.decode, args), resolve_device(args.device)
+    scored = score_lines(model.to(device), tokenizer, src, ref, decode, device)
+    text = "".join(
+        f"{s.logprob:.4f}\t{s.score:.4f}\t{' '.join(f'{lp:.4f}' for lp in s.token_logprobs)}\n"
+        for s in scored
+    )
+    if args.output:
+        write_text(args.output, text)
+        print(f"wrote {args.output} ({len(scored)} lines)", file=sys.stderr)
     else:
         _write_stdout(text)
 
@@ -265,6 +297,7 @@ COMMANDS = {
     "train": cmd_train,
     "translate": cmd_translate,
     "evaluate": cmd_evaluate,
+    "score": cmd_score,
     "report": cmd_report,
     "average": cmd_average,
     "export": cmd_export,

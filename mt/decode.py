@@ -27,6 +27,24 @@ def max_output_lengths(src_mask: Tensor, a: float, b: int, limit: int) -> Tensor
     return (a * src_mask.sum(1) + b).long().clamp(max=limit - 1)
 
 
+def force_prefix(scores: Tensor, prefix: Tensor | None, rows: Tensor, t: int) -> Tensor:
+    """Step t's scores (b, V), where a row still inside its forced target prefix may take only the
+    prefix's t-th piece. prefix: (B, P) ids by input sentence, PAD past each one's end; rows: (b,) the
+    input sentence of each row. The forced piece keeps its own score, so log-probabilities stay true."""
+    if prefix is None or t > prefix.size(1):
+        return scores
+    wanted = prefix[rows, t - 1]  # (b,)
+    only = torch.full_like(scores, float("-inf")).scatter_(1, wanted[:, None], 0.0)  # (b, V)
+    return torch.where((wanted != PAD)[:, None], scores + only, scores)
+
+
+def prefix_limits(limits: Tensor, prefix: Tensor | None, b: int, cap: int) -> Tensor:
+    """Output limits (B,) that leave room for a forced prefix and b pieces after it."""
+    if prefix is None:
+        return limits
+    return torch.maximum(limits, ((prefix != PAD).sum(1) + b).clamp(max=cap - 1))
+
+
 @torch.inference_mode()
 def greedy_decode(
     model: Seq2Seq,
@@ -35,6 +53,7 @@ def greedy_decode(
     max_len_a: float = 1.5,
     max_len_b: int = 10,
     use_cache: bool = True,
+    prefix: Tensor | None = None,
 ) -> list[Hypothesis]:
     """Batched greedy search; each sentence stops at eos or at its own length limit.
 
@@ -44,13 +63,16 @@ def greedy_decode(
     Args:
         src: (B, S) ids, src_mask: (B, S) bool.
         use_cache: False re-runs the decoder over the whole prefix each step (reference/benchmark).
+        prefix: (B, P) target pieces each output starts with (PAD-padded; `force_prefix`), or None.
     Returns:
         B hypotheses; score = logprob (greedy does not normalise by length).
     """
-    B, device = src.size(0), src.device
+    B, device, P = src.size(0), src.device, model.cfg.max_positions
     memory = model.encode(src, src_mask)  # (B, S, D)
     cache = KVCache(len(model.decoder)) if use_cache else None
-    limits = max_output_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
+    limits = prefix_limits(
+        max_output_lengths(src_mask, max_len_a, max_len_b, P), prefix, max_len_b, P
+    )  # (B,)
     steps = int(limits.max())
     out_tokens = torch.full(
         (B, steps + 1), PAD, dtype=torch.long, device=device
@@ -64,10 +86,9 @@ def greedy_decode(
         step_in = tokens[:, t - 1 : t] if use_cache else tokens[:, :t]  # (b, 1) or (b, t)
         logits, cache = model.decode(step_in, memory, src_mask, cache)  # (b, 1|t, V)
         last = logits[:, -1].float()  # (b, V)
-        best, next_token = last.max(dim=-1)  # (b,) each
-        logprob += (best - torch.logsumexp(last, dim=-1)).masked_fill(
-            finished, 0.0
-        )  # log-softmax of the best
+        next_token = force_prefix(last, prefix, rows, t).argmax(dim=-1)  # (b,)
+        best = last.gather(1, next_token[:, None]).squeeze(1)  # (b,)
+        logprob += (best - torch.logsumexp(last, dim=-1)).masked_fill(finished, 0.0)  # its log-softmax
         tokens[:, t] = next_token.masked_fill(finished, PAD)
         finished |= (next_token == EOS) | (limits <= t)
         n_finished = int(finished.sum())  # the step's one host sync
@@ -211,6 +232,7 @@ def beam_search(
     alpha: float = 1.0,
     n_best: int = 1,
     use_cache: bool = True,
+    prefix: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search on the KV cache, over a flattened (B*K) batch whose K rows of a sentence
     share its memory.
@@ -223,17 +245,22 @@ def beam_search(
     Args:
         src: (B, S) ids, src_mask: (B, S) bool.
         use_cache: False re-runs the decoder over the whole prefix each step (reference/benchmark).
+        prefix: (B, P) target pieces every hypothesis starts with (`force_prefix`), or None.
     Returns:
         for each sentence, its n_best hypotheses, best first.
     """
     memory = model.encode(src, src_mask)  # (B, S, D): shared by the beams
-    limits = max_output_lengths(src_mask, max_len_a, max_len_b, model.cfg.max_positions)  # (B,)
+    P = model.cfg.max_positions
+    limits = prefix_limits(
+        max_output_lengths(src_mask, max_len_a, max_len_b, P), prefix, max_len_b, P
+    )  # (B,)
     beams = _Beams(src.size(0), beam, limits, alpha, src.device)
     cache = KVCache(len(model.decoder)) if use_cache else None
     for t in range(1, beams.steps + 1):
         step_in = beams.tokens[:, t - 1 : t] if use_cache else beams.tokens[:, :t]  # (B*k, 1) or (B*k, t)
         logits, cache = model.decode(step_in, memory, src_mask, cache)  # (B*k, 1|t, V)
         lprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B*k, V)
+        lprobs = force_prefix(lprobs, prefix, beams.sentence.repeat_interleave(beams.k), t)
         top, beam_idx, token = beams.candidates(lprobs)
         beams.finish(top, beam_idx, token, t)
         alive = (~beams.done).nonzero().flatten()  # the step's one host sync
@@ -249,12 +276,19 @@ def beam_search(
 
 
 def search(
-    model: Seq2Seq, src: Tensor, src_mask: Tensor, cfg: DecodeConfig, use_cache: bool = True
+    model: Seq2Seq,
+    src: Tensor,
+    src_mask: Tensor,
+    cfg: DecodeConfig,
+    use_cache: bool = True,
+    prefix: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """The one entry to decoding: cfg.n_best hypotheses per sentence of src (B, S), by greedy search
-    when cfg.beam == 1, else by beam search, both within cfg's length limit."""
+    when cfg.beam == 1, else by beam search, both within cfg's length limit; each starting with its
+    forced `prefix` (B, P) where one is given."""
     if cfg.beam == 1:
-        return [[h] for h in greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b, use_cache)]
+        found = greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b, use_cache, prefix)
+        return [[h] for h in found]
     return beam_search(
         model,
         src,
@@ -265,4 +299,5 @@ def search(
         cfg.length_penalty,
         cfg.n_best,
         use_cache,
+        prefix,
     )

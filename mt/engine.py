@@ -224,25 +224,34 @@ class Ct2Model:
     def train(self, mode: bool = True) -> Ct2Model:
         return self
 
-    def search_groups(self, groups: list[list[list[int]]], cfg: DecodeConfig) -> list[list[list[Hypothesis]]]:
-        """`search` of each group of sources, all submitted at once: translators decode them side by side."""
-        pending = [self._submit(parts, cfg) for parts in groups]
+    def search_groups(
+        self, batches: list[tuple[list[list[int]], list[list[int]]]], cfg: DecodeConfig
+    ) -> list[list[list[Hypothesis]]]:
+        """`search` of each batch of (sources, forced prefixes), all submitted at once: translators
+        decode them side by side."""
+        pending = [self._submit(parts, prefixes, cfg) for parts, prefixes in batches]
         return [self._collect(*submitted, cfg) for submitted in pending]
 
-    def search(self, parts: list[list[int]], cfg: DecodeConfig) -> list[list[Hypothesis]]:
-        """cfg.n_best hypotheses for each source (piece ids without eos), ranked by mt's GNMT score.
+    def search(
+        self, parts: list[list[int]], cfg: DecodeConfig, prefixes: list[list[int]] | None = None
+    ) -> list[list[Hypothesis]]:
+        """cfg.n_best hypotheses for each source (piece ids without eos), ranked by mt's GNMT score,
+        each starting with its forced prefix where one is given (CTranslate2's target_prefix).
         CTranslate2 takes one length limit per batch: an output longer than its own a * S + b limit
         is cut there, as mt's search stops it, and its cut pieces are scored again."""
-        return self.search_groups([parts], cfg)[0]
+        return self.search_groups([(parts, prefixes or [[] for _ in parts])], cfg)[0]
 
-    def _submit(self, parts: list[list[int]], cfg: DecodeConfig) -> tuple[list, list, list]:
-        limits = [
-            min(int(cfg.max_len_a * (len(ids) + 1) + cfg.max_len_b), self.cfg.max_positions - 1)
-            for ids in parts
+    def _submit(self, parts: list[list[int]], prefixes: list[list[int]], cfg: DecodeConfig) -> tuple:
+        cap = self.cfg.max_positions - 1
+        limits = [  # mt's: a * S + b, or room for the prefix and b more (decode.prefix_limits)
+            min(max(int(cfg.max_len_a * (len(ids) + 1) + cfg.max_len_b), len(p) + cfg.max_len_b), cap)
+            for ids, p in zip(parts, prefixes)
         ]
         sources = [[self.pieces[i] for i in ids] for ids in parts]
+        forced = [[self.pieces[i] for i in p] or None for p in prefixes] if any(prefixes) else None
         pending = self.translator.translate_batch(
             sources,
+            forced,
             asynchronous=True,
             beam_size=cfg.beam,
             num_hypotheses=cfg.beam,  # every finished hypothesis, to rank by mt's penalty
@@ -253,15 +262,22 @@ class Ct2Model:
             min_decoding_length=0,
             max_decoding_length=max(limits),
         )
-        return sources, limits, pending
+        return sources, forced, limits, pending
 
     def _collect(
-        self, sources: list, limits: list[int], pending: list, cfg: DecodeConfig
+        self, sources: list, forced: list | None, limits: list[int], pending: list, cfg: DecodeConfig
     ) -> list[list[Hypothesis]]:
         found = [
             [self._cut(tokens, logprob, limit) for tokens, logprob in zip(r.hypotheses, r.scores)]
             for r, limit in zip((p.result() for p in pending), limits)
         ]
+        led = [i for i, prefix in enumerate(forced or []) if prefix]
+        if led:  # CTranslate2 scores what follows a forced prefix: add the prefix's own log-probability
+            for i, r in zip(
+                led, self.translator.score_batch([sources[i] for i in led], [forced[i] for i in led])
+            ):
+                lead = sum(r.log_probs[:-1])
+                found[i] = [(ids, ended, None if lp is None else lp + lead) for ids, ended, lp in found[i]]
         cut = [(i, j) for i, hyps in enumerate(found) for j, (_, _, lp) in enumerate(hyps) if lp is None]
         if cut:  # the cut pieces' log-probability: scored without the eos that score_batch adds
             targets = [[self.pieces[t] for t in found[i][j][0]] for i, j in cut]

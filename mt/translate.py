@@ -9,6 +9,7 @@ these functions, `mt translate` and `mt evaluate` call them; none of them reads 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
@@ -16,11 +17,12 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from mt.config import DecodeConfig
 from mt.data import normalize
-from mt.batching import source_batch, token_batches
-from mt.decode import Hypothesis, search
+from mt.batching import make_batch, source_batch, token_batches
+from mt.decode import Hypothesis, length_penalty, search
+from mt.errors import DataError
 from mt.engine import Ct2Model
 from mt.model import Seq2Seq
-from mt.tokenizer import Tokenizer
+from mt.tokenizer import PAD, Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -71,24 +73,27 @@ def search_lines(
     device: torch.device | str = "cpu",
     use_cache: bool = True,
     max_source_pieces: int | None = None,
+    prefixes: list[str] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode raw lines with greedy (cfg.beam == 1) or beam search: cfg.n_best hypotheses per line.
 
     Lines are sorted by length into batches of about cfg.batch_tokens source tokens (divided by the
     beam), and the results put back in input order; an empty line gets one empty hypothesis. A line
     longer than `max_source_pieces` (and the model's positions) is translated in parts, with a
-    warning; its parts' 1-best translations are joined into its one hypothesis.
+    warning; its parts' 1-best translations are joined into its one hypothesis. `prefixes` (one per
+    line, "" for none): each line's translation starts with that text's pieces (its first part's).
     """
     was_training = model.training
     model.eval()
     limit = min(max_source_pieces or model.cfg.max_positions, model.cfg.max_positions - 1)  # room for eos
     owner, parts = source_parts(tokenizer, lines, limit)
+    forced = tokenizer.encode(prefixes) if prefixes else [[] for _ in lines]
+    part_prefix = [forced[i] if j == 0 or owner[j - 1] != i else [] for j, i in enumerate(owner)]
     lengths = [len(p) + 1 for p in parts]
     found: list[list[Hypothesis]] = [[] for _ in parts]
     groups = list(token_batches(lengths, lengths, max(cfg.batch_tokens // cfg.beam, 1)))
-    for group, hyps in zip(
-        groups, _search_groups(model, [[parts[g] for g in gr] for gr in groups], cfg, device, use_cache)
-    ):
+    batches = [([parts[g] for g in gr], [part_prefix[g] for g in gr]) for gr in groups]
+    for group, hyps in zip(groups, _search_groups(model, batches, cfg, device, use_cache)):
         for g, h in zip(group, hyps):
             found[g] = h
     model.train(was_training)
@@ -102,15 +107,74 @@ def search_lines(
 
 
 def _search_groups(
-    model: Seq2Seq | Ct2Model, groups: list[list[list[int]]], cfg: DecodeConfig, device, use_cache: bool
+    model: Seq2Seq | Ct2Model,
+    batches: list[tuple[list[list[int]], list[list[int]]]],
+    cfg: DecodeConfig,
+    device,
+    use_cache: bool,
 ) -> Iterator[list[list[Hypothesis]]]:
-    """Batches of sources (piece ids) searched by either engine; CTranslate2 gets them all at once."""
+    """Batches of (sources, forced target prefixes), piece ids, searched by either engine; CTranslate2
+    gets them all at once."""
     if isinstance(model, Ct2Model):
-        yield from model.search_groups(groups, cfg)
+        yield from model.search_groups(batches, cfg)
         return
-    for parts in groups:
+    for parts, prefixes in batches:
         src, src_mask = (t.to(device) for t in source_batch(parts))
-        yield search(model, src, src_mask, cfg, use_cache)
+        prefix = _pad(prefixes).to(device) if any(prefixes) else None
+        yield search(model, src, src_mask, cfg, use_cache, prefix)
+
+
+def _pad(rows: list[list[int]]) -> torch.Tensor:
+    """Id lists -> (B, longest) long tensor, PAD after each row's end."""
+    out = torch.full((len(rows), max(map(len, rows))), PAD, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+@dataclass
+class Scored:
+    """A translation's teacher-forced log-probability (`mt score`)."""
+
+    token_logprobs: list[float]  # one per target piece, then eos
+    logprob: float  # their sum
+    score: float  # logprob / GNMT length penalty, eos counted: how beam search ranks n-best lists
+
+
+@torch.inference_mode()
+def score_pairs(
+    model: Seq2Seq, src_ids: list[list[int]], tgt_ids: list[list[int]], cfg: DecodeConfig, device="cpu"
+) -> list[Scored]:
+    """Teacher-forced log-probabilities of the targets given the sources (piece ids, no bos/eos), in
+    token-budget batches of about cfg.batch_tokens, in input order."""
+    was_training = model.training
+    model.eval()
+    scored: list[Scored] = [None] * len(src_ids)
+    src_lens, tgt_lens = [len(s) + 1 for s in src_ids], [len(t) + 1 for t in tgt_ids]
+    for group in token_batches(src_lens, tgt_lens, cfg.batch_tokens):
+        batch = make_batch([src_ids[g] for g in group], [tgt_ids[g] for g in group]).to(device)
+        logits = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)  # (B, T, V)
+        picked = torch.log_softmax(logits.float(), -1).gather(-1, batch.tgt_out.unsqueeze(-1))  # (B, T, 1)
+        for g, row in zip(group, picked.squeeze(-1).tolist()):
+            token_logprobs = row[: tgt_lens[g]]
+            total = sum(token_logprobs)
+            scored[g] = Scored(token_logprobs, total, total / length_penalty(tgt_lens[g], cfg.length_penalty))
+    model.train(was_training)
+    return scored
+
+
+def score_lines(
+    model: Seq2Seq, tokenizer: Tokenizer, src: list[str], tgt: list[str], cfg: DecodeConfig, device="cpu"
+) -> list[Scored]:
+    """`score_pairs` of raw line pairs; a pair longer than the model's positions is a DataError."""
+    src_ids, tgt_ids = tokenizer.encode(src), tokenizer.encode(tgt)
+    limit = model.cfg.max_positions - 1  # room for eos (source) and bos or eos (target)
+    for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
+        if max(len(s), len(t)) > limit:
+            raise DataError(
+                f"line {i + 1}: {max(len(s), len(t))} pieces, more than the {limit} this model can score"
+            )
+    return score_pairs(model, src_ids, tgt_ids, cfg, device)
 
 
 def translate_lines(
@@ -120,9 +184,12 @@ def translate_lines(
     cfg: DecodeConfig,
     device: torch.device | str = "cpu",
     max_source_pieces: int | None = None,
+    prefixes: list[str] | None = None,
 ) -> list[str]:
     """Translate raw lines; returns exactly len(lines) lines (the 1-best) in input order."""
-    found = search_lines(model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces)
+    found = search_lines(
+        model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces, prefixes=prefixes
+    )
     return tokenizer.decode([hyps[0].tokens for hyps in found])
 
 
@@ -133,9 +200,12 @@ def translate_nbest(
     cfg: DecodeConfig,
     device: torch.device | str = "cpu",
     max_source_pieces: int | None = None,
+    prefixes: list[str] | None = None,
 ) -> list[list[tuple[str, float]]]:
     """Up to cfg.n_best (text, score) pairs per input line, best first."""
-    found = search_lines(model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces)
+    found = search_lines(
+        model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces, prefixes=prefixes
+    )
     return [list(zip(tokenizer.decode([h.tokens for h in hyps]), (h.score for h in hyps))) for hyps in found]
 
 

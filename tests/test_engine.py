@@ -77,6 +77,21 @@ def test_greedy_and_beam_5_are_identical_with_mts_scores(trained_model, tokenize
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("beam", [1, 5])
+def test_forced_prefixes_decode_as_mts(trained_model, tokenizer, trained_export, toy, beam):
+    lines, cfg = toy["test"][0][:60], DecodeConfig(beam=beam)
+    prefixes = ["the", "", "a big"] * 20
+    mine = search_lines(trained_model, tokenizer, lines, cfg, prefixes=prefixes)
+    theirs = search_lines(
+        loaded(trained_export, trained_model, tokenizer), tokenizer, lines, cfg, prefixes=prefixes
+    )
+    assert sum(a[0].tokens == b[0].tokens for a, b in zip(mine, theirs)) >= 59  # 60 of 60 here
+    for a, b in zip(mine, theirs):  # the prefix's own log-probability included (engine._collect)
+        if a[0].tokens == b[0].tokens:
+            assert b[0].score == pytest.approx(a[0].score, abs=1e-3)
+
+
+@pytest.mark.slow
 def test_n_best_lists_are_ranked_by_mts_length_penalty(trained_model, tokenizer, trained_export):
     cfg = DecodeConfig(beam=4, n_best=3, length_penalty=0.6)
     (hyps,) = search_lines(loaded(trained_export, trained_model, tokenizer), tokenizer, SOURCES[:1], cfg)

@@ -10,9 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from mt.batching import make_batch
 from mt.config import DecodeConfig
-from mt.translate import score, split_pieces, translate_lines
+from mt.tokenizer import EOS
+from mt.translate import score, score_pairs, search_lines, split_pieces, translate_lines
 from mt.cli import main
 from conftest import run_main
 
@@ -142,3 +145,89 @@ def test_lowercased_bleu_ignores_case_and_cased_bleu_does_not():
     result = score(["the DOG bit the man.", "it was NOT unexpected."], refs)
     assert result["bleu_lc"] == pytest.approx(100.0) and result["bleu"] < 50
     assert "case:lc" in result["bleu_lc_signature"] and "case:mixed" in result["bleu_signature"]
+
+
+def test_scores_equal_the_n_best_scores_of_the_same_hypotheses(trained_model, tokenizer, toy):
+    cfg = DecodeConfig(beam=4, n_best=3, length_penalty=0.8)
+    src = tokenizer.encode(toy["test"][0][:40])
+    found = search_lines(trained_model, tokenizer, toy["test"][0][:40], cfg)
+    pairs = [(s, h) for s, hyps in zip(src, found) for h in hyps]
+    scored = score_pairs(trained_model, [s for s, _ in pairs], [h.tokens for _, h in pairs], cfg)
+    # a hypothesis cut at its length limit (1.5 S + 10, S with eos) has no eos, which scoring adds
+    ended = [(h, sc) for (s, h), sc in zip(pairs, scored) if len(h.tokens) < int(1.5 * (len(s) + 1) + 10)]
+    assert len(ended) >= 0.9 * len(pairs)
+    for h, sc in ended:
+        assert sc.logprob == pytest.approx(h.logprob, abs=1e-4) and sc.score == pytest.approx(
+            h.score, abs=1e-4
+        )
+        assert len(sc.token_logprobs) == len(h.tokens) + 1 and sum(sc.token_logprobs) == pytest.approx(
+            sc.logprob
+        )
+
+
+def test_a_score_is_the_sum_of_its_pieces_log_probabilities_by_hand(text_model, tokenizer):
+    src, tgt = tokenizer.encode(["ein Hund"]), tokenizer.encode(["a dog"])
+    (scored,) = score_pairs(text_model, src, tgt, DecodeConfig(length_penalty=1.0))
+    batch = make_batch(src, tgt)
+    with torch.no_grad():
+        logits = text_model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)[0]  # (T, V)
+    by_hand = [torch.log_softmax(logits[i], -1)[t].item() for i, t in enumerate(tgt[0] + [EOS])]
+    assert scored.token_logprobs == pytest.approx(by_hand, abs=1e-5)
+    assert scored.score == pytest.approx(sum(by_hand) / ((5 + len(by_hand)) / 6), abs=1e-5)
+
+
+def test_mt_score_writes_one_line_per_pair_and_refuses_misaligned_files(trained, tmp_path, capsys):
+    src, ref, out = tmp_path / "s.de", tmp_path / "r.en", tmp_path / "scores.tsv"
+    src.write_text("ein Hund läuft .\nzwei Männer\n")
+    ref.write_text("a dog runs .\ntwo men\n")
+    code, _ = run_main(
+        capsys, "score", "--run", str(trained[0]), "--src", str(src), "--ref", str(ref), "--output", str(out)
+    )
+    rows = [line.split("\t") for line in out.read_text().splitlines()]
+    assert code == 0 and len(rows) == 2 and all(float(r[0]) < 0 and len(r[2].split()) >= 2 for r in rows)
+    ref.write_text("a dog runs .\n")
+    code, err = run_main(capsys, "score", "--run", str(trained[0]), "--src", str(src), "--ref", str(ref))
+    assert (
+        code == 2
+        and err == f"mt: error: {src} has 2 lines but {ref} has 1; the two sides must be line-aligned\n"
+    )
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_forced_prefix_starts_every_translation_and_an_empty_one_changes_nothing(
+    any_model, tokenizer, toy, beam
+):
+    lines, cfg = toy["test"][0][:24], DecodeConfig(beam=beam, n_best=beam)
+    prefixes = ["the dog", "", "a"] * 8
+    forced = search_lines(any_model, tokenizer, lines, cfg, prefixes=prefixes)
+    for prefix, hyps in zip(tokenizer.encode(prefixes), forced):
+        assert all(h.tokens[: len(prefix)] == prefix for h in hyps)
+    plain = search_lines(any_model, tokenizer, lines, cfg)
+    assert search_lines(any_model, tokenizer, lines, cfg, prefixes=[""] * 24) == plain
+    # lines without a prefix, batched beside forced ones: the same hypotheses, scores within float
+    # rounding (the batch shrinks at other steps, so its matrix products have other shapes)
+    for f, h in ((f, h) for f, h, p in zip(forced, plain, prefixes) if not p):
+        assert [x.tokens for x in f] == [x.tokens for x in h]
+        assert [x.score for x in f] == pytest.approx([x.score for x in h], abs=1e-4)
+
+
+def test_a_forced_prefix_keeps_true_log_probabilities(trained_model, tokenizer, toy):
+    lines = toy["test"][0][:16]
+    (found,) = zip(*search_lines(trained_model, tokenizer, lines, DecodeConfig(), prefixes=["the"] * 16))
+    scored = score_pairs(trained_model, tokenizer.encode(lines), [h.tokens for h in found], DecodeConfig())
+    for h, s, src in zip(found, scored, tokenizer.encode(lines)):
+        if len(h.tokens) < int(1.5 * (len(src) + 1) + 10):  # ended with eos
+            assert h.logprob == pytest.approx(s.logprob, abs=1e-4)
+
+
+def test_a_prefix_file_must_have_a_line_per_input_line(trained, tmp_path, capsys):
+    source, prefixes = tmp_path / "in.de", tmp_path / "prefix.en"
+    source.write_text("ein Hund\nzwei Männer\n")
+    prefixes.write_text("a dog\n")
+    code, err = run_main(
+        capsys, "translate", "--run", str(trained[0]), "--input", str(source), "--prefix-file", str(prefixes)
+    )
+    assert code == 2 and err.endswith(
+        f"mt: error: {prefixes} has 1 lines but the input has 2; give one prefix per input line (an empty "
+        f"line for none)\n"
+    )
