@@ -77,6 +77,13 @@ def _run_options(p: argparse.ArgumentParser, decoding: bool = True, n_best: bool
     group.add_argument(
         "--compute-type", choices=COMPUTE_TYPES, help="ctranslate2's weights and arithmetic, e.g. int8"
     )
+    group.add_argument(
+        "--sample", metavar="topk:K|topp:P", help="draw each token instead of searching (beam 1)"
+    )
+    group.add_argument("--temperature", type=_at_least(0.0, float), help="sampling temperature (> 0)")
+    group.add_argument(
+        "--seed", type=int, help="sampling seed: a line's draws depend on it and the line only"
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,6 +121,16 @@ def _train_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _translate_options(p: argparse.ArgumentParser) -> None:
+    _run_options(p, n_best=True)
+    p.add_argument("--input", help="input file (default: stdin)")
+    p.add_argument("--output", help="output file (default: stdout)")
+    p.add_argument(
+        "--prefix-file",
+        help="one target prefix per input line (may be empty): each translation starts with it",
+    )
+
+
 def _score_options(p: argparse.ArgumentParser) -> None:
     _run_options(p, decoding=False)
     p.add_argument("--src", required=True, help="source lines")
@@ -139,14 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=text, description=text, formatter_class=_Help)
 
     _train_options(command("train", "train a model from a YAML config (re-running it resumes)"))
-    p = command("translate", "translate lines, one output line per input line")
-    _run_options(p, n_best=True)
-    p.add_argument("--input", help="input file (default: stdin)")
-    p.add_argument("--output", help="output file (default: stdout)")
-    p.add_argument(
-        "--prefix-file",
-        help="one target prefix per input line (may be empty): each translation starts with it",
-    )
+    _translate_options(command("translate", "translate lines, one output line per input line"))
     p = command("evaluate", "translate a split (or --src/--ref files) and score it with sacreBLEU")
     _run_options(p)
     p.add_argument("--split", default="test", choices=["test", "val"], help="the run's corpus split")

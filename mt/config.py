@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -119,6 +120,9 @@ class DecodeConfig:
     batch_tokens: int = within(6000, 16)  # source tokens (padding included) per decoding batch
     engine: str = choice("torch", "torch", "ctranslate2")  # ctranslate2: the run's `mt export` (mt.engine)
     compute_type: str = choice("default", *COMPUTE_TYPES)  # ctranslate2's, chosen as it loads
+    sample: str = ""  # "" = search; topk:K or topp:P = draw each token (mt.decode.Sampler), beam 1
+    temperature: float = within(1.0, 0.0, lo_open=True)  # divides the logits before sampling
+    seed: int = 0  # sampling's: with the line's number, seeds that line's draws
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,8 @@ def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling =
             f"{spelling.verb} {name('engine')} ctranslate2",
             "compute_type",
         )
+    if decode.sample:
+        _check_sampling(decode, spelling)
     if decode.n_best > decode.beam:
         name = spelling.name
         beam = f"{name('beam')} {decode.beam}" if "beam" in given else f"the run's beam ({decode.beam})"
@@ -217,6 +223,24 @@ def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling =
             "n_best",
         )
     return decode
+
+
+SAMPLE = re.compile(r"topk:[1-9][0-9]*|topp:(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)")
+
+
+def _check_sampling(decode: DecodeConfig, spelling: Spelling) -> None:
+    """decode.sample: topk:K or topp:P, greedy, torch (CTranslate2 draws from one stream a process)."""
+    name, lead = spelling.name, spelling.lead.format(name=spelling.name("sample"), value=decode.sample)
+    if not SAMPLE.fullmatch(decode.sample):
+        raise ConfigError(f"{lead}: expected topk:K (K >= 1) or topp:P (0 < P <= 1)", "sample")
+    if decode.beam > 1:
+        raise ConfigError(f"{lead} draws one token at a time: {spelling.verb} {name('beam')} 1", "sample")
+    if decode.engine != "torch":
+        raise ConfigError(
+            f"{lead} runs on the torch engine: CTranslate2 draws from one random stream per process, so "
+            f"a line's sample would depend on its batch; {spelling.verb} {name('engine')} torch",
+            "sample",
+        )
 
 
 def validate(cfg: RunConfig) -> RunConfig:

@@ -6,6 +6,7 @@ Works on id tensors only; text, tokenization and batching of lines live in `eval
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -45,6 +46,39 @@ def prefix_limits(limits: Tensor, prefix: Tensor | None, b: int, cap: int) -> Te
     return torch.maximum(limits, ((prefix != PAD).sum(1) + b).clamp(max=cap - 1))
 
 
+class Sampler:
+    """Draws each row's next token from the model's distribution at `temperature`, kept to the top k
+    pieces (topk:K) or to the fewest whose probability reaches p (topp:P). Each input sentence has its
+    own seeded generator, so what it draws does not depend on the batch it is decoded in."""
+
+    def __init__(self, spec: str, temperature: float, seeds: list[int]):
+        kind, _, value = spec.partition(":")
+        self.k, self.p = (int(value), 1.0) if kind == "topk" else (0, float(value))
+        self.temperature = temperature
+        self.generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+
+    def __call__(self, scores: Tensor, rows: Tensor) -> Tensor:
+        """scores (b, V) -> a token per row (b,); rows (b,): each row's input sentence."""
+        scores = scores / self.temperature
+        if self.k:
+            kth = scores.topk(min(self.k, scores.size(-1)), dim=-1).values[:, -1:]  # (b, 1)
+            scores = scores.masked_fill(scores < kth, float("-inf"))
+        if self.p < 1.0:
+            ranked, order = scores.sort(dim=-1, descending=True)  # (b, V) each
+            probs = torch.softmax(ranked, dim=-1)
+            ranked = ranked.masked_fill(probs.cumsum(-1) - probs >= self.p, float("-inf"))  # past p
+            scores = torch.full_like(scores, float("-inf")).scatter(1, order, ranked)
+        probs = torch.softmax(scores, dim=-1).cpu()  # (b, V)
+        drawn = [
+            torch.multinomial(probs[i], 1, generator=self.generators[r]) for i, r in enumerate(rows.tolist())
+        ]
+        return torch.cat(drawn).to(scores.device)
+
+
+def argmax(scores: Tensor, rows: Tensor) -> Tensor:
+    return scores.argmax(dim=-1)
+
+
 @torch.inference_mode()
 def greedy_decode(
     model: Seq2Seq,
@@ -54,6 +88,7 @@ def greedy_decode(
     max_len_b: int = 10,
     use_cache: bool = True,
     prefix: Tensor | None = None,
+    choose: Callable[[Tensor, Tensor], Tensor] = argmax,
 ) -> list[Hypothesis]:
     """Batched greedy search; each sentence stops at eos or at its own length limit.
 
@@ -64,6 +99,7 @@ def greedy_decode(
         src: (B, S) ids, src_mask: (B, S) bool.
         use_cache: False re-runs the decoder over the whole prefix each step (reference/benchmark).
         prefix: (B, P) target pieces each output starts with (PAD-padded; `force_prefix`), or None.
+        choose: (scores (b, V), input rows (b,)) -> next tokens (b,): argmax, or a `Sampler`.
     Returns:
         B hypotheses; score = logprob (greedy does not normalise by length).
     """
@@ -86,7 +122,7 @@ def greedy_decode(
         step_in = tokens[:, t - 1 : t] if use_cache else tokens[:, :t]  # (b, 1) or (b, t)
         logits, cache = model.decode(step_in, memory, src_mask, cache)  # (b, 1|t, V)
         last = logits[:, -1].float()  # (b, V)
-        next_token = force_prefix(last, prefix, rows, t).argmax(dim=-1)  # (b,)
+        next_token = choose(force_prefix(last, prefix, rows, t), rows)  # (b,)
         best = last.gather(1, next_token[:, None]).squeeze(1)  # (b,)
         logprob += (best - torch.logsumexp(last, dim=-1)).masked_fill(finished, 0.0)  # its log-softmax
         tokens[:, t] = next_token.masked_fill(finished, PAD)
@@ -282,12 +318,16 @@ def search(
     cfg: DecodeConfig,
     use_cache: bool = True,
     prefix: Tensor | None = None,
+    seeds: list[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """The one entry to decoding: cfg.n_best hypotheses per sentence of src (B, S), by greedy search
-    when cfg.beam == 1, else by beam search, both within cfg's length limit; each starting with its
-    forced `prefix` (B, P) where one is given."""
+    when cfg.beam == 1 (drawing tokens instead where cfg.sample, each sentence from its own seed in
+    `seeds`), else by beam search, all within cfg's length limit; each starting with its forced
+    `prefix` (B, P) where one is given."""
     if cfg.beam == 1:
-        found = greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b, use_cache, prefix)
+        seeds = seeds if seeds is not None else [cfg.seed + i for i in range(src.size(0))]
+        choose = Sampler(cfg.sample, cfg.temperature, seeds) if cfg.sample else argmax
+        found = greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b, use_cache, prefix, choose)
         return [[h] for h in found]
     return beam_search(
         model,

@@ -64,6 +64,9 @@ class TranslateRequest(BaseModel):
     beam: StrictInt | None = Field(None, ge=1, description="beam size; 1 = greedy; default: the run's")
     n_best: StrictInt | None = Field(None, ge=1, description="hypotheses per line (<= beam)")
     length_penalty: float | None = Field(None, ge=0, le=10, allow_inf_nan=False, description="GNMT alpha")
+    sample: StrictStr | None = Field(None, description="topk:K or topp:P: draw each token (beam 1)")
+    temperature: float | None = Field(None, gt=0, le=100, allow_inf_nan=False, description="sampling's")
+    seed: StrictInt | None = Field(None, description="sampling's: with a line's index, seeds its draws")
 
 
 class AttentionRequest(TranslateRequest):

@@ -88,11 +88,17 @@ def search_lines(
     limit = min(max_source_pieces or model.cfg.max_positions, model.cfg.max_positions - 1)  # room for eos
     owner, parts = source_parts(tokenizer, lines, limit)
     forced = tokenizer.encode(prefixes) if prefixes else [[] for _ in lines]
-    part_prefix = [forced[i] if j == 0 or owner[j - 1] != i else [] for j, i in enumerate(owner)]
     lengths = [len(p) + 1 for p in parts]
     found: list[list[Hypothesis]] = [[] for _ in parts]
     groups = list(token_batches(lengths, lengths, max(cfg.batch_tokens // cfg.beam, 1)))
-    batches = [([parts[g] for g in gr], [part_prefix[g] for g in gr]) for gr in groups]
+    part_no = [0 if j == 0 or owner[j - 1] != i else None for j, i in enumerate(owner)]  # a line's parts
+    for j, n in enumerate(part_no):
+        part_no[j] = part_no[j - 1] + 1 if n is None else n  # 0, 1, ... within each line
+    seeds = [(cfg.seed * 1_000_003 + i) * 101 + n for i, n in zip(owner, part_no)]  # by line, not batch
+    part_prefix = [forced[i] if n == 0 else [] for i, n in zip(owner, part_no)]  # a line's first part
+    batches = [
+        ([parts[g] for g in gr], [part_prefix[g] for g in gr], [seeds[g] for g in gr]) for gr in groups
+    ]
     for group, hyps in zip(groups, _search_groups(model, batches, cfg, device, use_cache)):
         for g, h in zip(group, hyps):
             found[g] = h
@@ -108,20 +114,20 @@ def search_lines(
 
 def _search_groups(
     model: Seq2Seq | Ct2Model,
-    batches: list[tuple[list[list[int]], list[list[int]]]],
+    batches: list[tuple[list[list[int]], list[list[int]], list[int]]],
     cfg: DecodeConfig,
     device,
     use_cache: bool,
 ) -> Iterator[list[list[Hypothesis]]]:
-    """Batches of (sources, forced target prefixes), piece ids, searched by either engine; CTranslate2
-    gets them all at once."""
+    """Batches of (sources, forced target prefixes, sampling seeds), piece ids, searched by either
+    engine; CTranslate2 gets them all at once."""
     if isinstance(model, Ct2Model):
-        yield from model.search_groups(batches, cfg)
+        yield from model.search_groups([(parts, prefixes) for parts, prefixes, _ in batches], cfg)
         return
-    for parts, prefixes in batches:
+    for parts, prefixes, seeds in batches:
         src, src_mask = (t.to(device) for t in source_batch(parts))
         prefix = _pad(prefixes).to(device) if any(prefixes) else None
-        yield search(model, src, src_mask, cfg, use_cache, prefix)
+        yield search(model, src, src_mask, cfg, use_cache, prefix, seeds)
 
 
 def _pad(rows: list[list[int]]) -> torch.Tensor:

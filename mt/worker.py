@@ -41,8 +41,10 @@ class Job:
 
     @staticmethod
     def translate(lines: list[str], decode: DecodeConfig) -> Job:
-        """n-best translations of the lines; merged with every translation with the same options."""
-        return Job(lines, lambda worker, group: worker.translate(group, decode), ("translate", decode))
+        """n-best translations of the lines; merged with every translation with the same options, except
+        samples: a line's draws are seeded by its index in its own request."""
+        merge_key = None if decode.sample else ("translate", decode)
+        return Job(lines, lambda worker, group: worker.translate(group, decode), merge_key)
 
     @staticmethod
     def attention(lines: list[str], decode: DecodeConfig, index: int) -> Job:

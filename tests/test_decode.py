@@ -5,6 +5,7 @@ by one.
 Decoding tests run on two models (the `any_model` fixture): a random one, whose hypotheses all run to
 the length limit, and a trained one, whose hypotheses end with eos at different steps."""
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -13,9 +14,12 @@ import torch
 
 from conftest import TEXT_MODEL
 from mt.batching import source_batch
-from mt.decode import beam_search, greedy_decode, length_penalty
+from mt.config import COMMAND_LINE, DecodeConfig, decoding
+from mt.decode import Sampler, beam_search, greedy_decode, length_penalty
+from mt.errors import ConfigError
 from mt.model import Seq2Seq
 from mt.tokenizer import BOS, EOS
+from mt.translate import search_lines
 
 
 def test_cached_and_uncached_greedy_are_identical(any_model, tokenizer, toy):
@@ -190,3 +194,56 @@ def test_cached_and_uncached_beam_are_identical(any_model, tokenizer, toy):
     assert [h.score for hyps in cached for h in hyps] == pytest.approx(
         [h.score for hyps in uncached for h in hyps], abs=1e-4
     )
+
+
+def test_sampling_near_zero_temperature_or_from_the_top_one_piece_is_greedy(trained_model, tokenizer, toy):
+    lines = toy["test"][0][:40]
+    greedy = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, DecodeConfig())]
+    for sample, temperature in (("topk:50", 1e-4), ("topp:0.9", 1e-4), ("topk:1", 1.0)):
+        cfg = DecodeConfig(sample=sample, temperature=temperature, seed=3)
+        assert [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, cfg)] == greedy, sample
+
+
+def test_samples_are_seeded_reproducible_and_independent_of_the_batch(trained_model, tokenizer, toy):
+    lines, cfg = toy["test"][0][:30], DecodeConfig(sample="topk:20", temperature=1.5, seed=7)
+    drawn = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, cfg)]
+    assert [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, cfg)] == drawn
+    one_by_one = dataclasses.replace(cfg, batch_tokens=16)  # a batch per line
+    assert [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, one_by_one)] == drawn
+    reversed_lines = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines[::-1], cfg)]
+    other_seed = [
+        h[0].tokens for h in search_lines(trained_model, tokenizer, lines, dataclasses.replace(cfg, seed=8))
+    ]
+    greedy = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, DecodeConfig())]
+    assert (
+        sum(a != b for a, b in zip(drawn, other_seed)) >= 10
+        and sum(a != b for a, b in zip(drawn, greedy)) >= 10
+    )
+    assert sum(a != b for a, b in zip(drawn, reversed_lines[::-1])) >= 10  # the line's number seeds it
+
+
+def test_top_p_keeps_the_fewest_pieces_that_reach_p():
+    scores = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    drawn = {Sampler("topp:0.8", 1.0, [seed])(scores, torch.tensor([0])).item() for seed in range(200)}
+    assert drawn == {0, 1}  # 0.5 + 0.3 reach 0.8: the others are never drawn
+    drawn = {Sampler("topk:3", 1.0, [seed])(scores, torch.tensor([0])).item() for seed in range(200)}
+    assert drawn == {0, 1, 2}
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"sample": "top5"}, "--sample top5: expected topk:K (K >= 1) or topp:P (0 < P <= 1)"),
+        ({"sample": "topp:1.5"}, "--sample topp:1.5: expected topk:K (K >= 1) or topp:P (0 < P <= 1)"),
+        ({"sample": "topk:5", "beam": 4}, "--sample topk:5 draws one token at a time: add --beam 1"),
+        (
+            {"sample": "topk:5", "engine": "ctranslate2"},
+            "--sample topk:5 runs on the torch engine: CTranslate2 draws from one random stream per "
+            "process, so a line's sample would depend on its batch; add --engine torch",
+        ),
+    ],
+)
+def test_sampling_options_are_checked_in_the_users_terms(options, message):
+    with pytest.raises(ConfigError) as e:
+        decoding(DecodeConfig(), options, COMMAND_LINE)
+    assert str(e.value) == message

@@ -129,9 +129,9 @@ LONGER = {
 # Files above 400 formatted lines, each with the reason.
 LONGER_FILES = {
     "config.py": (
-        420,
+        440,
         "every section's dataclass beside the one validator, and the one path from user "
-        "options to a checked DecodeConfig, which calls it",
+        "options to a checked DecodeConfig (search and sampling), which calls it",
     ),
 }
 

@@ -57,6 +57,14 @@ def test_nbest_and_scores_follow_the_options(client, served):
     assert [len(t["nbest"]) for t in got["translations"]] == [2, 1, 2]  # an empty line has one hypothesis
 
 
+def test_samples_are_mt_translates_line_for_line(client, served):
+    lines = ["Ein Hund läuft .", "Zwei Männer", "Eine Frau sitzt ."]
+    options = {"sample": "topk:20", "temperature": 1.5, "seed": 4}
+    got = client.post("/translate", json={"lines": lines, **options}).json()
+    want = expected(served, lines, **options)  # in-process, as `mt translate --sample` decodes them
+    assert [t["translation"] for t in got["translations"]] == [hyps[0][0] for hyps in want]
+
+
 def test_a_line_break_or_a_lone_surrogate_inside_an_item_stays_one_line(client, served):
     got = client.post(
         "/translate",
@@ -131,7 +139,8 @@ LIMITS = [  # (body, status, error, name): every refusal, with the limits of the
     (
         {"lines": ["a"], "colour": 2},
         422,
-        "colour: unknown option; the options are lines, beam, n_best, length_penalty",
+        "colour: unknown option; the options are lines, beam, n_best, length_penalty, sample, temperature, "
+        "seed",
         ("option", "colour"),
     ),
     (
@@ -165,6 +174,12 @@ LIMITS = [  # (body, status, error, name): every refusal, with the limits of the
         422,
         "length_penalty: Input should be greater than or equal to 0",
         ("option", "length_penalty"),
+    ),
+    (
+        {"lines": ["a"], "sample": "topk:3", "beam": 2},
+        422,
+        "sample: topk:3 draws one token at a time: send beam 1",
+        ("option", "sample"),
     ),
     ({"lines": "a"}, 422, "lines: Input should be a valid list", ("option", "lines")),
     ({"lines": ["a", 7]}, 422, "lines[1]: Input should be a valid string", ("option", "lines")),
