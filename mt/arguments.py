@@ -129,6 +129,12 @@ def _translate_options(p: argparse.ArgumentParser) -> None:
         "--prefix-file",
         help="one target prefix per input line (may be empty): each translation starts with it",
     )
+    p.add_argument(
+        "--ensemble",
+        nargs="+",
+        metavar="RUN",
+        help="decode with --run and these runs together (mean log-probabilities; one tokenizer)",
+    )
 
 
 def _score_options(p: argparse.ArgumentParser) -> None:

@@ -278,6 +278,10 @@ class Seq2Seq(nn.Module):
             elif name.endswith("bias") and "norm" not in name:
                 nn.init.zeros_(p)
 
+    def new_cache(self) -> KVCache:
+        """An empty KV cache for incremental decoding with this model."""
+        return KVCache(len(self.decoder))
+
     def freeze(self, parts: list[str]) -> None:
         """Keep `parts` (train.freeze) as they are: embeddings (source, target and the output projection,
         one matrix when tied), encoder or decoder (its layers and its final norm)."""

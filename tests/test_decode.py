@@ -15,7 +15,7 @@ import torch
 from conftest import TEXT_MODEL
 from mt.batching import source_batch
 from mt.config import COMMAND_LINE, DecodeConfig, decoding
-from mt.decode import Sampler, beam_search, greedy_decode, length_penalty
+from mt.decode import Ensemble, Hypothesis, Sampler, beam_search, greedy_decode, length_penalty
 from mt.errors import ConfigError
 from mt.model import Seq2Seq
 from mt.tokenizer import BOS, EOS
@@ -247,3 +247,41 @@ def test_sampling_options_are_checked_in_the_users_terms(options, message):
     with pytest.raises(ConfigError) as e:
         decoding(DecodeConfig(), options, COMMAND_LINE)
     assert str(e.value) == message
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_an_ensemble_of_one_or_of_a_model_with_itself_decodes_as_the_model(
+    trained_model, tokenizer, toy, beam
+):
+    lines, cfg = toy["test"][0][:30], DecodeConfig(beam=beam, n_best=beam)
+    alone = search_lines(trained_model, tokenizer, lines, cfg)
+    for ensemble in (Ensemble([trained_model]), Ensemble([trained_model, trained_model])):
+        together = search_lines(ensemble, tokenizer, lines, cfg)
+        assert [[h.tokens for h in hyps] for hyps in together] == [[h.tokens for h in hyps] for hyps in alone]
+        for a, b in zip(alone, together):
+            assert [h.score for h in b] == pytest.approx([h.score for h in a], abs=1e-4)
+
+
+def test_an_ensemble_scores_the_mean_of_its_models_log_probabilities(trained_model, text_model, tokenizer):
+    src, src_mask = source_batch(tokenizer.encode(["ein Hund läuft", "zwei Männer"]))
+    tgt = torch.tensor([[BOS, 10, 11], [BOS, 12, 13]])
+    ensemble = Ensemble([trained_model, text_model])
+    with torch.no_grad():
+        got, _ = ensemble.decode(tgt, ensemble.encode(src, src_mask), src_mask)
+        want = [
+            torch.log_softmax(m.decode(tgt, m.encode(src, src_mask), src_mask)[0], -1)
+            for m in ensemble.models
+        ]
+    assert torch.allclose(got, (want[0] + want[1]) / 2, atol=1e-5)
+
+
+def tokens_of(found: list) -> list:
+    return [h.tokens if isinstance(h, Hypothesis) else [x.tokens for x in h] for h in found]
+
+
+def test_an_ensembles_cached_decoding_equals_recomputation(trained_model, tokenizer, toy):
+    src, src_mask = source_batch(tokenizer.encode(toy["test"][0][:6]))
+    ensemble = Ensemble([trained_model, trained_model])
+    for search_fn in (greedy_decode, beam_search):
+        cached = search_fn(ensemble, src, src_mask, use_cache=True)
+        assert tokens_of(cached) == tokens_of(search_fn(ensemble, src, src_mask, use_cache=False))
