@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from mt.config import RunConfig, base_config, config_differences, config_to_dict
+from mt.config import DecodeConfig, RunConfig, base_config, config_differences, config_to_dict
 from mt.errors import RunDirError
 from mt.files import write_text
 from mt.records import Card, require
@@ -125,15 +125,29 @@ def update_card(run_dir: str | Path, **sections) -> dict:
 
 
 def result_key(
-    split: str, beam: int, length_penalty: float, checkpoint: str = "best", engine: str = ""
+    split: str,
+    beam: int,
+    length_penalty: float,
+    checkpoint: str = "best",
+    engine: str = "",
+    sampling: str = "",
 ) -> str:
     """How an evaluation is named in cards and eval files: test, test-beam5, test-beam5-lp0.6, then
-    the engine when it is not torch (-ct2, -ct2-int8: `engine_name`), and -last (or another
-    checkpoint's name) when it did not use best.pt."""
+    the engine when it is not torch (-ct2, -ct2-int8: `engine_name`), sampling (`sampling_name`), and
+    -last (or another checkpoint's name) when it did not use best.pt."""
     name = split if beam == 1 else f"{split}-beam{beam}"
     name = name if beam == 1 or length_penalty == 1.0 else f"{name}-lp{length_penalty:g}"
     name = f"{name}-{engine}" if engine else name
+    name = f"{name}-{sampling}" if sampling else name
     return name if checkpoint == "best" else f"{name}-{checkpoint}"
+
+
+def sampling_name(decode: DecodeConfig) -> str:
+    """How a sampled evaluation is told apart: topk20-t0.7-seed3 ("" when searching)."""
+    if not decode.sample:
+        return ""
+    temperature = f"-t{decode.temperature:g}" if decode.temperature != 1.0 else ""
+    return f"{decode.sample.replace(':', '')}{temperature}-seed{decode.seed}"
 
 
 def engine_name(engine: str, compute_type: str) -> str:

@@ -8,7 +8,16 @@ import json
 from pathlib import Path
 
 
-from mt.card import code_version, config_section, engine_name, hardware, read_card, result_key, update_card
+from mt.card import (
+    code_version,
+    config_section,
+    engine_name,
+    hardware,
+    read_card,
+    result_key,
+    sampling_name,
+    update_card,
+)
 from mt.config import RunConfig
 from mt.data import load_split, read_parallel
 from mt.distributed import resolve_device
@@ -52,7 +61,7 @@ def evaluate_run(
     searcher = decoding_model(run_dir, decode, tokenizer, model, dev)
     hyps = translate_lines(searcher, tokenizer, src, cfg.decode, dev, max_source_pieces=cfg.data.max_len)
     engine = engine_name(decode.engine, decode.compute_type)
-    key = result_key(name, decode.beam, decode.length_penalty, path.stem, engine)
+    key = result_key(name, decode.beam, decode.length_penalty, path.stem, engine, sampling_name(decode))
     result = {
         "split": name,
         "checkpoint": str(path),
