@@ -17,7 +17,7 @@ from mt.batching import source_batch
 from mt.config import COMMAND_LINE, DecodeConfig, decoding
 from mt.decode import Ensemble, Hypothesis, Sampler, beam_search, greedy_decode, length_penalty
 from mt.errors import ConfigError
-from mt.model import Seq2Seq
+from mt.model import KVCache, Seq2Seq
 from mt.tokenizer import BOS, EOS
 from mt.translate import search_lines
 
@@ -64,6 +64,9 @@ class ScriptedModel(torch.nn.Module):
 
     def encode(self, src, src_mask):
         return torch.zeros(src.size(0), src.size(1), 1)
+
+    def new_cache(self):
+        return KVCache(len(self.decoder))
 
     def decode(self, tgt_in, memory, src_mask, cache=None, tgt_mask=None):
         return self.table[tgt_in[:, -1:]], cache  # (B, 1, V)
