@@ -130,6 +130,11 @@ def _translate_options(p: argparse.ArgumentParser) -> None:
         help="one target prefix per input line (may be empty): each translation starts with it",
     )
     p.add_argument(
+        "--alignments",
+        metavar="FILE",
+        help="also write each line's word alignment (Pharaoh i-j, from cross-attention) to FILE",
+    )
+    p.add_argument(
         "--ensemble",
         nargs="+",
         metavar="RUN",

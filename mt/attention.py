@@ -72,6 +72,44 @@ def attention_maps(
     ]
 
 
+def word_starts(pieces: list[str]) -> list[int]:
+    """Each piece's whitespace word: a piece that starts with ▁ starts a word (the first always does)."""
+    words, out = -1, []
+    for piece in pieces:
+        words += piece.startswith("\u2581") or words < 0
+        out.append(words)
+    return out
+
+
+@torch.inference_mode()
+def word_alignments(
+    model: Seq2Seq, tokenizer: Tokenizer, src_ids: list[list[int]], tgt_ids: list[list[int]], batch_size=64
+) -> list[list[tuple[int, int]]]:
+    """(source word, target word) pairs of each translation, Pharaoh's i-j: every target piece is
+    aligned to the source piece its last decoder layer's cross-attention (mean of heads, eos left out)
+    weighs most, in a teacher-forced pass; pieces map to whitespace words (`word_starts`)."""
+    model.eval()
+    pairs: list[list[tuple[int, int]]] = []
+    for at in range(0, len(src_ids), batch_size):
+        src, tgt = src_ids[at : at + batch_size], tgt_ids[at : at + batch_size]
+        batch = make_batch(src, tgt)
+        cross = model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)["cross"][-1]
+        weights = cross.mean(1)  # (B, T, S): a target position's weights over the source pieces
+        for b, (s, t) in enumerate(zip(src, tgt)):
+            if not s or not t:
+                pairs.append([])
+                continue
+            best = weights[b, : len(t), : len(s)].argmax(-1).tolist()  # (T,) eos rows and column left out
+            s_word = word_starts([tokenizer.sp.id_to_piece(i) for i in s])
+            t_word = word_starts([tokenizer.sp.id_to_piece(i) for i in t])
+            pairs.append(sorted({(s_word[best[j]], t_word[j]) for j in range(len(t))}))
+    return pairs
+
+
+def pharaoh(pairs: list[tuple[int, int]]) -> str:
+    return " ".join(f"{i}-{j}" for i, j in pairs)
+
+
 def attention_for(
     model: Seq2Seq, tokenizer: Tokenizer, line: str, cfg: DecodeConfig, device: torch.device | str = "cpu"
 ) -> AttentionMap:

@@ -137,6 +137,24 @@ def _write_stdout(text: str) -> None:
         raise write_failure(path, e) from None
 
 
+def _write_alignments(path: str, model, tokenizer, lines: list[str], best: list[str]) -> None:
+    """--alignments: one Pharaoh line per input line, for its 1-best translation (the torch model's
+    attention; the first model of an ensemble; sources cut to the model's positions)."""
+    from mt.attention import pharaoh, word_alignments
+    from mt.data import normalize
+    from mt.decode import Ensemble
+
+    model = model.models[0] if isinstance(model, Ensemble) else model
+    if not hasattr(model, "attention"):
+        raise ConfigError("--alignments read the torch model's attention: add --engine torch", "alignments")
+    limit = model.cfg.max_positions - 1
+    src = [ids[:limit] for ids in tokenizer.encode([normalize(line) for line in lines])]
+    tgt = [ids[:limit] for ids in tokenizer.encode(best)]
+    pairs = word_alignments(model, tokenizer, src, tgt)
+    write_text(path, "".join(pharaoh(p) + "\n" for p in pairs))
+    print(f"wrote {path} ({len(pairs)} lines)", file=sys.stderr)
+
+
 def cmd_translate(args: argparse.Namespace) -> None:
     from mt.distributed import resolve_device
     from mt.rundir import decoding_model, ensemble_of, load_run
@@ -168,6 +186,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
     else:  # Moses n-best format: input line index ||| translation ||| score
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, hyps in enumerate(found) for text, score in hyps]
     text = "".join(line + "\n" for line in out)
+    if args.alignments:
+        _write_alignments(args.alignments, model, tokenizer, lines, [hyps[0][0] for hyps in found])
     if args.output:
         write_text(args.output, text)
         print(f"wrote {args.output} ({len(lines)} lines)", file=sys.stderr)

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from conftest import run_main
 from mt.cli import main
-from mt.attention import piece_labels, plot_attention
+from mt.attention import pharaoh, piece_labels, plot_attention, word_alignments, word_starts
 
 
 @pytest.mark.slow
@@ -50,3 +51,30 @@ def test_attention_plot_has_a_colour_scale(tmp_path):
     panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
     assert len(panels) == 2 and len(fig.axes) == 4  # one colour bar per panel
     assert [t.get_text() for t in panels[0].get_xticklabels()] == ["Der", "Hund", "-.", "</s>"]
+
+
+def test_a_piece_starting_with_the_space_mark_starts_a_word():
+    assert word_starts(["\u2581Ein", "\u2581Bos", "ton", "\u2581Terr", "ier", "."]) == [0, 1, 1, 2, 2, 2]
+    assert word_starts(["ab", "\u2581c"]) == [0, 1]  # the first piece always starts a word
+
+
+def test_word_alignments_line_up_with_the_words_of_both_sides(trained_model, tokenizer, toy):
+    src_lines, tgt_lines = toy["test"][0][:20] + [""], toy["test"][1][:20] + [""]
+    src, tgt = tokenizer.encode(src_lines), tokenizer.encode(tgt_lines)
+    found = word_alignments(trained_model, tokenizer, src, tgt, batch_size=8)
+    assert len(found) == 21 and found[-1] == [] and pharaoh([(0, 0), (2, 1)]) == "0-0 2-1"
+    for pairs, s, t in zip(found[:-1], src_lines, tgt_lines):
+        n_src, n_tgt = len(s.split()), len(t.split())
+        assert all(0 <= i < n_src and 0 <= j < n_tgt for i, j in pairs)
+        assert {j for _, j in pairs} == set(range(n_tgt))  # every target word is aligned
+
+
+def test_mt_translate_writes_an_alignment_line_per_input_line(trained, tmp_path, capsys):
+    source, aligned = tmp_path / "in.de", tmp_path / "out.align"
+    source.write_text("ein Hund läuft .\n\nzwei Männer\n")
+    code, _ = run_main(
+        capsys, "translate", "--run", str(trained[0]), "--input", str(source), "--alignments", str(aligned)
+    )
+    lines = aligned.read_text().split("\n")
+    assert code == 0 and len(lines) == 4 and lines[1] == "" and lines[3] == ""
+    assert all(pair.count("-") == 1 for pair in lines[0].split() + lines[2].split())
