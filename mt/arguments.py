@@ -173,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", choices=["test", "val"], help="the run's corpus split")
     p.add_argument("--src", help="score this source file instead of a split (with --ref)")
     p.add_argument("--ref", help="the reference translations of --src, line by line")
+    p.add_argument(
+        "--ensemble", nargs="+", metavar="RUN", help="evaluate --run with these runs as one ensemble (-ensN)"
+    )
     _score_options(command("score", "the log-probability a run gives each translation, line by line"))
     p = command("report", "compare runs: a Markdown table, significance tests, learning curves")
     p.add_argument("runs", nargs="+", help="run directories; the first is the baseline")

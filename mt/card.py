@@ -131,13 +131,16 @@ def result_key(
     checkpoint: str = "best",
     engine: str = "",
     sampling: str = "",
+    ensemble: int = 1,
 ) -> str:
     """How an evaluation is named in cards and eval files: test, test-beam5, test-beam5-lp0.6, then
-    the engine when it is not torch (-ct2, -ct2-int8: `engine_name`), sampling (`sampling_name`), and
+    the engine when it is not torch (-ct2, -ct2-int8: `engine_name`), -ensN for an ensemble of N runs,
+    sampling (`sampling_name`), and
     -last (or another checkpoint's name) when it did not use best.pt."""
     name = split if beam == 1 else f"{split}-beam{beam}"
     name = name if beam == 1 or length_penalty == 1.0 else f"{name}-lp{length_penalty:g}"
     name = f"{name}-{engine}" if engine else name
+    name = f"{name}-ens{ensemble}" if ensemble > 1 else name
     name = f"{name}-{sampling}" if sampling else name
     return name if checkpoint == "best" else f"{name}-{checkpoint}"
 

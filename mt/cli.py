@@ -226,7 +226,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if (args.src is None) != (args.ref is None):
         raise ConfigError("--src and --ref go together: a source file and its reference translation")
     files = (args.src, args.ref) if args.src else None
-    result = evaluate_run(args.run, args.split, args.device, _flag_overrides(args), args.checkpoint, files)
+    result = evaluate_run(
+        args.run, args.split, args.device, _flag_overrides(args), args.checkpoint, files, args.ensemble or []
+    )
     print(
         f"{result['split']}: BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  ({result['sentences']} "
         f"sentences, beam {result['beam']}, length penalty {result['length_penalty']}, "

@@ -21,9 +21,10 @@ from mt.card import (
 from mt.config import RunConfig
 from mt.data import load_split, read_parallel
 from mt.distributed import resolve_device
+from mt.errors import ConfigError
 from mt.files import write_text
 from mt.model import Seq2Seq, count_parameters
-from mt.rundir import checkpoint_path, decoding_model, load_run, read_metrics
+from mt.rundir import checkpoint_path, decoding_model, ensemble_of, load_run, read_metrics
 from mt.translate import score, translate_lines
 
 
@@ -38,11 +39,13 @@ def evaluate_run(
     overrides: list[str] = (),
     checkpoint: str = "best",
     files: tuple[str, str] | None = None,
+    ensemble: list[str] = (),
 ) -> dict:
     """Translate a corpus split (or `files`: a source and a reference file) with a checkpoint and score
     it; write DIR/eval-<key>.json, the translations (hyp-<key>.txt), the references (ref-<name>.txt, for
     `mt report`), and the card's results. <key> names the data and the decoding setting: test,
-    test-beam5, test-beam5-lp0.6, test-last (another checkpoint than best), news.de (files).
+    test-beam5, test-beam5-lp0.6, test-beam5-ens2 (with `ensemble`'s runs), test-last (another
+    checkpoint than best), news.de (files).
 
     `overrides` are `key.path=value` strings applied to the run's config (e.g. decode.beam=5). The
     result lists the files written under "written".
@@ -52,34 +55,59 @@ def evaluate_run(
     rows = read_metrics(run_dir / "metrics.jsonl") if "training" not in card else []
     path = checkpoint_path(run_dir, checkpoint)
     cfg, tokenizer, model = load_run(run_dir, str(path), overrides)
-    name, (src, ref) = (
-        (Path(files[0]).name, read_parallel(*map(Path, files)))
-        if files
-        else (split, load_split(cfg.data, split))
-    )
+    name, (src, ref) = evaluation_data(cfg, split, files)
     dev, decode = resolve_device(device), cfg.decode
-    searcher = decoding_model(run_dir, decode, tokenizer, model, dev)
+    searcher = decoding_model(
+        run_dir, decode, tokenizer, members(run_dir, ensemble, checkpoint, cfg, tokenizer, model), dev
+    )
     hyps = translate_lines(searcher, tokenizer, src, cfg.decode, dev, max_source_pieces=cfg.data.max_len)
     engine = engine_name(decode.engine, decode.compute_type)
-    key = result_key(name, decode.beam, decode.length_penalty, path.stem, engine, sampling_name(decode))
+    key = result_key(
+        name, decode.beam, decode.length_penalty, path.stem, engine, sampling_name(decode), 1 + len(ensemble)
+    )
     result = {
         "split": name,
         "checkpoint": str(path),
         "beam": cfg.decode.beam,
         "length_penalty": cfg.decode.length_penalty,
         **({"engine": decode.engine, "compute_type": decode.compute_type} if engine else {}),
+        **({"ensemble": [str(run_dir), *ensemble]} if ensemble else {}),
         **score(hyps, ref),
         "refs_sha256": lines_sha256(ref),
         "hyp_file": f"hyp-{key}.txt",
         "ref_file": f"ref-{name}.txt",
     }
+    sections = {} if "training" in card else describe_untracked_run(rows, cfg, model)
+    written = write_result(run_dir, key, result, hyps, ref, card, sections)
+    return {**result, "key": key, "written": [str(p) for p in written]}
+
+
+def write_result(
+    run_dir: Path, key: str, result: dict, hyps: list[str], ref: list[str], card: dict, sections: dict
+) -> list[Path]:
+    """The evaluation's files (translations, references, eval-<key>.json) and the card's result."""
     written = [run_dir / result["hyp_file"], run_dir / result["ref_file"], run_dir / f"eval-{key}.json"]
     write_text(written[0], "".join(h + "\n" for h in hyps))
     write_text(written[1], "".join(r + "\n" for r in ref))
     write_text(written[2], json.dumps(result, indent=2) + "\n")
-    sections = {} if "training" in card else describe_untracked_run(rows, cfg, model)
     update_card(run_dir, **sections, results={**card.get("results", {}), key: result})
-    return {**result, "key": key, "written": [str(p) for p in written + [run_dir / "card.json"]]}
+    return written + [run_dir / "card.json"]
+
+
+def evaluation_data(cfg: RunConfig, split: str, files: tuple[str, str] | None) -> tuple[str, tuple]:
+    """(name, (sources, references)): the run's split, or `files` named by the source file's name."""
+    if files:
+        return Path(files[0]).name, read_parallel(*map(Path, files))
+    return split, load_split(cfg.data, split)
+
+
+def members(run_dir: Path, ensemble: list[str], checkpoint: str, cfg: RunConfig, tokenizer, model: Seq2Seq):
+    """The model to evaluate: the run's, or with `ensemble`'s runs an Ensemble (the torch engine)."""
+    if not ensemble:
+        return model
+    if cfg.decode.engine != "torch":
+        raise ConfigError("--ensemble decodes with the torch engine: add --engine torch", "engine")
+    return ensemble_of(run_dir, ensemble, checkpoint, tokenizer, model)
 
 
 def describe_untracked_run(rows: list[dict], cfg: RunConfig, model: Seq2Seq) -> dict:

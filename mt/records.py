@@ -67,6 +67,7 @@ class Result:
     length_ratio: float = None
     engine: str = None  # where not torch: ctranslate2, and its compute_type
     compute_type: str = None
+    ensemble: list[str] = None  # the runs of an ensemble, this one first
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -54,3 +54,14 @@ def test_evaluate_rebuilds_a_missing_card_from_metrics(two_runs, tmp_path):
         == json.loads((two_runs[0] / "card.json").read_text())["training"]["best_val_bleu"]
     )
     assert card["code"]["recorded_by"] == "evaluate" and "test" in card["results"]
+
+
+@pytest.mark.slow
+def test_an_ensemble_is_evaluated_as_a_setting_of_its_own(run, trained):
+    alone = evaluate_run(run, device="cpu", overrides=["decode.beam=2"])
+    together = evaluate_run(run, device="cpu", overrides=["decode.beam=2"], ensemble=[str(trained[0])])
+    assert (alone["key"], together["key"]) == ("test-beam2", "test-beam2-ens2")
+    assert together["ensemble"] == [str(run), str(trained[0])]
+    assert together["bleu"] == pytest.approx(alone["bleu"], abs=1e-6)  # a run with a copy of itself
+    card = json.loads((run / "card.json").read_text())
+    assert {"test-beam2", "test-beam2-ens2"} <= set(card["results"])
