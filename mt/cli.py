@@ -157,7 +157,8 @@ def _write_alignments(path: str, model, tokenizer, lines: list[str], best: list[
 
 def cmd_translate(args: argparse.Namespace) -> None:
     from mt.distributed import resolve_device
-    from mt.rundir import decoding_model, ensemble_of, load_run
+    from mt.lineage import ensemble_of
+    from mt.rundir import decoding_model, load_run
     from mt.translate import translate_nbest
 
     _setup_logging()
@@ -166,10 +167,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     lines = _read_input(args.input) if args.input else None
     cfg, tokenizer, model = load_run(args.run, args.checkpoint)
     decode, device = _decoding(cfg.decode, args), resolve_device(args.device)
-    if args.ensemble:
-        if decode.engine != "torch":
-            raise ConfigError("--ensemble decodes with the torch engine: add --engine torch", "engine")
-        model = ensemble_of(args.run, args.ensemble, args.checkpoint, tokenizer, model)
+    model = ensemble_of(args.run, args.ensemble or [], args.checkpoint, tokenizer, model, decode)
     model = decoding_model(args.run, decode, tokenizer, model, device)
     lines = lines if lines is not None else _read_input(None)
     prefixes = _read_input(args.prefix_file) if args.prefix_file else None

@@ -350,7 +350,8 @@ def beam_search(
         step_in = beams.tokens[:, t - 1 : t] if use_cache else beams.tokens[:, :t]  # (B*k, 1) or (B*k, t)
         logits, cache = model.decode(step_in, memory, src_mask, cache)  # (B*k, 1|t, V)
         lprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B*k, V)
-        lprobs = force_prefix(lprobs, prefix, beams.sentence.repeat_interleave(beams.k), t)
+        if prefix is not None:  # (the rows' sentences are only worth computing for a prefix)
+            lprobs = force_prefix(lprobs, prefix, beams.sentence.repeat_interleave(beams.k), t)
         top, beam_idx, token = beams.candidates(lprobs)
         beams.finish(top, beam_idx, token, t)
         alive = (~beams.done).nonzero().flatten()  # the step's one host sync

@@ -21,10 +21,10 @@ from mt.card import (
 from mt.config import RunConfig
 from mt.data import load_split, read_parallel
 from mt.distributed import resolve_device
-from mt.errors import ConfigError
 from mt.files import write_text
 from mt.model import Seq2Seq, count_parameters
-from mt.rundir import checkpoint_path, decoding_model, ensemble_of, load_run, read_metrics
+from mt.lineage import ensemble_of
+from mt.rundir import checkpoint_path, decoding_model, load_run, read_metrics
 from mt.translate import score, translate_lines
 
 
@@ -58,7 +58,7 @@ def evaluate_run(
     name, (src, ref) = evaluation_data(cfg, split, files)
     dev, decode = resolve_device(device), cfg.decode
     searcher = decoding_model(
-        run_dir, decode, tokenizer, members(run_dir, ensemble, checkpoint, cfg, tokenizer, model), dev
+        run_dir, decode, tokenizer, ensemble_of(run_dir, ensemble, checkpoint, tokenizer, model, decode), dev
     )
     hyps = translate_lines(searcher, tokenizer, src, cfg.decode, dev, max_source_pieces=cfg.data.max_len)
     engine = engine_name(decode.engine, decode.compute_type)
@@ -99,15 +99,6 @@ def evaluation_data(cfg: RunConfig, split: str, files: tuple[str, str] | None) -
     if files:
         return Path(files[0]).name, read_parallel(*map(Path, files))
     return split, load_split(cfg.data, split)
-
-
-def members(run_dir: Path, ensemble: list[str], checkpoint: str, cfg: RunConfig, tokenizer, model: Seq2Seq):
-    """The model to evaluate: the run's, or with `ensemble`'s runs an Ensemble (the torch engine)."""
-    if not ensemble:
-        return model
-    if cfg.decode.engine != "torch":
-        raise ConfigError("--ensemble decodes with the torch engine: add --engine torch", "engine")
-    return ensemble_of(run_dir, ensemble, checkpoint, tokenizer, model)
 
 
 def describe_untracked_run(rows: list[dict], cfg: RunConfig, model: Seq2Seq) -> dict:

@@ -34,7 +34,6 @@ from mt.card import read_card
 from mt.checkpoint import RESUMABLE_KEYS, build_model, load_checkpoint, set_rng_state, stored_config
 from mt.config import DecodeConfig, RunConfig, config_differences, config_to_dict, save_config
 from mt.errors import RunDirError, WriteError
-from mt.decode import Ensemble
 from mt.engine import Ct2Model, export_model
 from mt.files import write_failure, write_text
 from mt.model import Seq2Seq
@@ -112,23 +111,6 @@ def load_run(
     cfg = stored_config(ckpt, path, overrides)
     tokenizer = run_tokenizer(run_dir, ckpt, path.name, "the run directory is incomplete")
     return cfg, tokenizer, build_model(ckpt, cfg, path).eval()
-
-
-def ensemble_of(
-    run_dir: str | Path, others: list[str], checkpoint: str, tokenizer: Tokenizer, model: Seq2Seq
-):
-    """`model` (run_dir's) and the same checkpoint of each run in `others`, decoding as one Ensemble.
-    The runs must share one tokenizer (one spm.model: tokenizer.from_run), else a one-line refusal."""
-    models = [model]
-    for other in others:
-        _, theirs, other_model = load_run(other, checkpoint)
-        if theirs.sha256 != tokenizer.sha256:
-            raise RunDirError(
-                f"--ensemble {other}: its spm.model is not {run_dir}'s; the runs of an ensemble share one "
-                f"tokenizer (train them with tokenizer.from_run: {run_dir})"
-            )
-        models.append(other_model)
-    return Ensemble(models)
 
 
 def decoding_model(

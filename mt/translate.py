@@ -91,9 +91,9 @@ def search_lines(
     lengths = [len(p) + 1 for p in parts]
     found: list[list[Hypothesis]] = [[] for _ in parts]
     groups = list(token_batches(lengths, lengths, max(cfg.batch_tokens // cfg.beam, 1)))
-    part_no = [0 if j == 0 or owner[j - 1] != i else None for j, i in enumerate(owner)]  # a line's parts
-    for j, n in enumerate(part_no):
-        part_no[j] = part_no[j - 1] + 1 if n is None else n  # 0, 1, ... within each line
+    part_no: list[int] = []  # 0, 1, ... within each line
+    for j, i in enumerate(owner):
+        part_no.append(part_no[-1] + 1 if j and owner[j - 1] == i else 0)
     seeds = [(cfg.seed * 1_000_003 + i) * 101 + n for i, n in zip(owner, part_no)]  # by line, not batch
     part_prefix = [forced[i] if n == 0 else [] for i, n in zip(owner, part_no)]  # a line's first part
     batches = [

@@ -231,3 +231,14 @@ def test_a_prefix_file_must_have_a_line_per_input_line(trained, tmp_path, capsys
         f"mt: error: {prefixes} has 1 lines but the input has 2; give one prefix per input line (an empty "
         f"line for none)\n"
     )
+
+
+def test_an_ensemble_decodes_with_the_torch_engine(trained, tmp_path, capsys):
+    source = tmp_path / "in.de"
+    source.write_text("ein Hund\n")
+    run = str(trained[0])
+    args = ["translate", "--run", run, "--input", str(source), "--ensemble", run, "--engine", "ctranslate2"]
+    code, err = run_main(capsys, *args)
+    assert code == 2 and err.endswith(
+        "mt: error: --ensemble decodes with the torch engine: add --engine torch\n"
+    )
