@@ -9,7 +9,8 @@ import dataclasses
 import difflib
 
 from mt import __version__
-from mt.config import COMPUTE_TYPES, QUANTIZATIONS, ServeLimits
+from mt.config import QUANTIZATIONS, ServeLimits
+from mt.options import COMPUTE_TYPES
 
 LIMIT_HELP = {
     "max_request_bytes": "request body size",
@@ -36,6 +37,15 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
             metavar="N",
             help=LIMIT_HELP[f.name],
         )
+
+
+def _ensemble_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--ensemble",
+        nargs="+",
+        metavar="RUN",
+        help=f"{what} with --run and these runs as one ensemble (mean log-probabilities; one tokenizer)",
+    )
 
 
 def _at_least(lo: float, kind: type = int):
@@ -66,7 +76,11 @@ def _run_options(p: argparse.ArgumentParser, decoding: bool = True, n_best: bool
     group = p.add_argument_group("decoding (defaults: the run's decode config)")
     group.add_argument("--beam", type=_at_least(1), help="beam size; 1 = greedy")
     if n_best:
-        group.add_argument("--n-best", type=_at_least(1), help="hypotheses per line, Moses format (<= beam)")
+        group.add_argument(
+            "--n-best",
+            type=_at_least(1),
+            help="hypotheses per line, Moses format (<= beam; with --sample: draws per line)",
+        )
     group.add_argument(
         "--length-penalty", type=_at_least(0.0, float), help="GNMT alpha; 0 = raw log-probability"
     )
@@ -134,12 +148,7 @@ def _translate_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="also write each line's word alignment (Pharaoh i-j, from cross-attention) to FILE",
     )
-    p.add_argument(
-        "--ensemble",
-        nargs="+",
-        metavar="RUN",
-        help="decode with --run and these runs together (mean log-probabilities; one tokenizer)",
-    )
+    _ensemble_option(p, "decode")
 
 
 def _score_options(p: argparse.ArgumentParser) -> None:
@@ -173,9 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", choices=["test", "val"], help="the run's corpus split")
     p.add_argument("--src", help="score this source file instead of a split (with --ref)")
     p.add_argument("--ref", help="the reference translations of --src, line by line")
-    p.add_argument(
-        "--ensemble", nargs="+", metavar="RUN", help="evaluate --run with these runs as one ensemble (-ensN)"
-    )
+    _ensemble_option(p, "evaluate (keyed -ensN)")
     _score_options(command("score", "the log-probability a run gives each translation, line by line"))
     p = command("report", "compare runs: a Markdown table, significance tests, learning curves")
     p.add_argument("runs", nargs="+", help="run directories; the first is the baseline")
@@ -195,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _run_options(p)
     _serve_options(p)
+    _ensemble_option(p, "serve")
     p = command("attention", "plot cross-attention of the greedy translation of one sentence")
     p.add_argument("sentence")
     _run_options(p, decoding=False)

@@ -89,11 +89,13 @@ def word_alignments(
     aligned to the source piece its last decoder layer's cross-attention (mean of heads, eos left out)
     weighs most, in a teacher-forced pass; pieces map to whitespace words (`word_starts`)."""
     model.eval()
+    device = next(model.parameters()).device
     pairs: list[list[tuple[int, int]]] = []
     for at in range(0, len(src_ids), batch_size):
         src, tgt = src_ids[at : at + batch_size], tgt_ids[at : at + batch_size]
         batch = make_batch(src, tgt)
-        cross = model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)["cross"][-1]
+        tensors = (t.to(device) for t in (batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask))
+        (cross,) = model.attention(*tensors, last_cross=True)["cross"]
         weights = cross.mean(1)  # (B, T, S): a target position's weights over the source pieces
         for b, (s, t) in enumerate(zip(src, tgt)):
             if not s or not t:
@@ -108,6 +110,44 @@ def word_alignments(
 
 def pharaoh(pairs: list[tuple[int, int]]) -> str:
     return " ".join(f"{i}-{j}" for i, j in pairs)
+
+
+def line_alignments(
+    model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], translations: list[str]
+) -> list[str]:
+    """Each raw line's Pharaoh alignment to its translation (`word_alignments`): what `mt translate
+    --alignments` writes and the API's `alignment`. Any engine's translations: the torch model scores them."""
+    return [
+        pharaoh(pairs)
+        for pairs in word_alignments(model, tokenizer, *_pieces(model, tokenizer, lines, translations))
+    ]
+
+
+def alignment_json(model: Seq2Seq, tokenizer: Tokenizer, line: str, translation: str) -> dict:
+    """One line's word alignment for the page: the words of both sides and the (source, target) pairs."""
+    (src,), (tgt,) = _pieces(model, tokenizer, [line], [translation])
+    words = lambda ids: words_of([tokenizer.sp.id_to_piece(i) for i in ids])  # noqa: E731
+    pairs = word_alignments(model, tokenizer, [src], [tgt])[0]
+    return {"source": words(src), "target": words(tgt), "pairs": [list(pair) for pair in pairs]}
+
+
+def _pieces(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], translations: list[str]):
+    """Raw lines and their translations as piece ids, cut to the model's positions as decoding cuts them."""
+    limit = model.cfg.max_positions - 1
+    src = [ids[:limit] for ids in tokenizer.encode([normalize(line) for line in lines])]
+    return src, [ids[:limit] for ids in tokenizer.encode(translations)]
+
+
+def words_of(pieces: list[str]) -> list[str]:
+    """The whitespace words that `word_starts` numbers, as text: pieces joined, the ▁ marker dropped."""
+    words: list[str] = []
+    for piece, word in zip(pieces, word_starts(pieces)):
+        text = piece.removeprefix("\u2581")
+        if word == len(words):
+            words.append(text)
+        else:
+            words[-1] += text
+    return words
 
 
 def attention_for(

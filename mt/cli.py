@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from mt.arguments import build_parser, one_line, parse
-from mt.config import COMMAND_LINE, DecodeConfig, ServeLimits, decoding, load_config
+from mt.config import ServeLimits, load_config
+from mt.options import COMMAND_LINE, DecodeConfig, decoding
 from mt.errors import ConfigError, DataError, RunDirError, UserError
 from mt.files import write_failure, write_text
 
@@ -137,25 +138,8 @@ def _write_stdout(text: str) -> None:
         raise write_failure(path, e) from None
 
 
-def _write_alignments(path: str, model, tokenizer, lines: list[str], best: list[str]) -> None:
-    """--alignments: one Pharaoh line per input line, for its 1-best translation (the torch model's
-    attention; the first model of an ensemble; sources cut to the model's positions)."""
-    from mt.attention import pharaoh, word_alignments
-    from mt.data import normalize
-    from mt.decode import Ensemble
-
-    model = model.models[0] if isinstance(model, Ensemble) else model
-    if not hasattr(model, "attention"):
-        raise ConfigError("--alignments read the torch model's attention: add --engine torch", "alignments")
-    limit = model.cfg.max_positions - 1
-    src = [ids[:limit] for ids in tokenizer.encode([normalize(line) for line in lines])]
-    tgt = [ids[:limit] for ids in tokenizer.encode(best)]
-    pairs = word_alignments(model, tokenizer, src, tgt)
-    write_text(path, "".join(pharaoh(p) + "\n" for p in pairs))
-    print(f"wrote {path} ({len(pairs)} lines)", file=sys.stderr)
-
-
 def cmd_translate(args: argparse.Namespace) -> None:
+    from mt.attention import line_alignments
     from mt.distributed import resolve_device
     from mt.lineage import ensemble_of
     from mt.rundir import decoding_model, load_run
@@ -165,9 +149,9 @@ def cmd_translate(args: argparse.Namespace) -> None:
     # an input file is read before the model loads (a wrong path fails fast); stdin after (a bad run
     # directory is reported before waiting on a terminal)
     lines = _read_input(args.input) if args.input else None
-    cfg, tokenizer, model = load_run(args.run, args.checkpoint)
+    cfg, tokenizer, first = load_run(args.run, args.checkpoint)
     decode, device = _decoding(cfg.decode, args), resolve_device(args.device)
-    model = ensemble_of(args.run, args.ensemble or [], args.checkpoint, tokenizer, model, decode)
+    model = ensemble_of(args.run, args.ensemble or [], args.checkpoint, tokenizer, first, decode)
     model = decoding_model(args.run, decode, tokenizer, model, device)
     lines = lines if lines is not None else _read_input(None)
     prefixes = _read_input(args.prefix_file) if args.prefix_file else None
@@ -184,8 +168,10 @@ def cmd_translate(args: argparse.Namespace) -> None:
     else:  # Moses n-best format: input line index ||| translation ||| score
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, hyps in enumerate(found) for text, score in hyps]
     text = "".join(line + "\n" for line in out)
-    if args.alignments:
-        _write_alignments(args.alignments, model, tokenizer, lines, [hyps[0][0] for hyps in found])
+    if args.alignments:  # the torch model's attention (an ensemble's first), whatever the engine
+        aligned = line_alignments(first.to(device), tokenizer, lines, [hyps[0][0] for hyps in found])
+        write_text(args.alignments, "".join(line + "\n" for line in aligned))
+        print(f"wrote {args.alignments} ({len(aligned)} lines)", file=sys.stderr)
     if args.output:
         write_text(args.output, text)
         print(f"wrote {args.output} ({len(lines)} lines)", file=sys.stderr)
@@ -304,6 +290,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         resolve_device(args.device),
         limits,
         _flag_overrides(args),
+        args.ensemble or [],
     )
 
 

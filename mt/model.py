@@ -353,11 +353,12 @@ class Seq2Seq(nn.Module):
 
     @torch.no_grad()
     def attention(
-        self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor
+        self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor, last_cross: bool = False
     ) -> dict[str, list[Tensor]]:
         """Teacher-forced attention probabilities of every layer, by kind: "encoder" self-attention
         (B, H, S, S), "decoder" self-attention (B, H, T, T) and "cross"-attention (B, H, T, S) each.
-        Masked positions get exactly 0."""
+        Masked positions get exactly 0. `last_cross`: only the last decoder layer's cross-attention
+        (what word alignments read), the other kinds' lists left empty."""
         found: dict[str, list[Tensor]] = {"encoder": [], "decoder": [], "cross": []}
 
         def keeper(kind: str):
@@ -374,6 +375,7 @@ class Seq2Seq(nn.Module):
             for layer in self.decoder
             for m, kind in ((layer.self_attn, "decoder"), (layer.cross_attn, "cross"))
         ]
+        modules = modules[-1:] if last_cross else modules
         hooks = [module.register_forward_hook(keeper(kind)) for module, kind in modules]
         try:
             self.forward(src, src_mask, tgt_in, tgt_mask)

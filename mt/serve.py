@@ -31,15 +31,17 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
 from mt.card import card_summary
-from mt.config import REQUEST, DecodeConfig, RunConfig, ServeLimits, decoding
+from mt.config import RunConfig, ServeLimits
+from mt.options import REQUEST, DecodeConfig, decoding
 from mt.errors import ConfigError, ServeError
+from mt.lineage import ensemble_of
 from mt.model import Seq2Seq, count_parameters
 from mt.rundir import checkpoint_path, decoding_model, load_run
-from mt.worker import Job, Overloaded, Worker
+from mt.worker import Job, Overloaded, Translated, Worker
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).parent / "static"
@@ -62,25 +64,29 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     lines: list[StrictStr]
     beam: StrictInt | None = Field(None, ge=1, description="beam size; 1 = greedy; default: the run's")
-    n_best: StrictInt | None = Field(None, ge=1, description="hypotheses per line (<= beam)")
+    n_best: StrictInt | None = Field(
+        None, ge=1, description="hypotheses per line (<= beam); sampling: draws per line"
+    )
     length_penalty: float | None = Field(None, ge=0, le=10, allow_inf_nan=False, description="GNMT alpha")
     sample: StrictStr | None = Field(None, description="topk:K or topp:P: draw each token (beam 1)")
     temperature: float | None = Field(None, gt=0, le=100, allow_inf_nan=False, description="sampling's")
     seed: StrictInt | None = Field(None, description="sampling's: with a line's index, seeds its draws")
+    prefixes: list[StrictStr] | None = Field(None, description='a target prefix per line ("": none)')
+    alignments: StrictBool = Field(False, description="add each 1-best's word alignment (Pharaoh i-j)")
 
 
 class AttentionRequest(TranslateRequest):
     index: StrictInt = Field(0, ge=0, description="which line's attention to return")
 
 
-def checked_lines(lines: list[str], limits: ServeLimits) -> list[str]:
-    """The request's lines within the limits; lone surrogates become U+FFFD, as invalid UTF-8 does in
-    `mt translate`."""
+def checked_lines(lines: list[str], limits: ServeLimits, name: str = "lines") -> list[str]:
+    """The request's lines (or `name`: its prefixes) within the limits; lone surrogates become U+FFFD,
+    as invalid UTF-8 does in `mt translate`."""
     if len(lines) > limits.max_lines:
         raise Refused(
             413,
             "max_lines",
-            f"the request has {len(lines)} lines, more than max_lines="
+            f"the request has {len(lines)} {name}, more than max_lines="
             f"{limits.max_lines} (mt serve --max-lines); send them in several requests",
         )
     for i, line in enumerate(lines):
@@ -88,15 +94,28 @@ def checked_lines(lines: list[str], limits: ServeLimits) -> list[str]:
             raise Refused(
                 413,
                 "max_line_chars",
-                f"lines[{i}] has {len(line)} characters, more than max_line_chars="
+                f"{name}[{i}] has {len(line)} characters, more than max_line_chars="
                 f"{limits.max_line_chars} (mt serve --max-line-chars); split the line",
             )
     return [_SURROGATE.sub("\ufffd", line) for line in lines]
 
 
+def checked_prefixes(req: TranslateRequest, lines: list[str], limits: ServeLimits) -> list[str] | None:
+    """The request's prefixes, one per line, within the limits (None when it gives none)."""
+    if req.prefixes is None:
+        return None
+    if len(req.prefixes) != len(lines):
+        raise Refused(
+            422,
+            "prefixes",
+            f'prefixes: {len(req.prefixes)} given for {len(lines)} lines; give one per line ("" for none)',
+        )
+    return checked_lines(req.prefixes, limits, "prefixes")
+
+
 def request_decoding(default: DecodeConfig, req: TranslateRequest, limits: ServeLimits) -> DecodeConfig:
     """The run's decode config with the request's options; a conflict is a 422 naming the option."""
-    options = req.model_dump(include={f.name for f in dataclasses.fields(DecodeConfig)})
+    options = req.model_dump(include={f.name for f in dataclasses.fields(DecodeConfig)})  # not prefixes
     beam = req.beam or default.beam
     if beam > limits.max_beam:
         raise Refused(
@@ -179,13 +198,20 @@ def error_response(e: Exception) -> JSONResponse:  # Refused, Overloaded, or a b
 
 
 def server_info(
-    run_dir: Path, cfg: RunConfig, model: Seq2Seq, checkpoint: Path, device: torch.device, limits: ServeLimits
+    run_dir: Path,
+    cfg: RunConfig,
+    model: Seq2Seq,
+    checkpoint: Path,
+    device: torch.device,
+    limits: ServeLimits,
+    ensemble: list[str] = (),
 ) -> dict:
     m = model.cfg
     return {
         "name": cfg.name,
         "run": str(run_dir),
         "checkpoint": str(checkpoint),
+        "ensemble": [str(run_dir), *ensemble] if ensemble else None,
         "device": str(device),
         "model": {
             "layers": m.layers,
@@ -200,14 +226,15 @@ def server_info(
     }
 
 
-def translation_json(found: list[list[tuple[str, float]]], decode: DecodeConfig) -> dict:
+def translation_json(found: list[Translated], decode: DecodeConfig) -> dict:
     return {
         "translations": [
             {
-                "translation": hyps[0][0],
-                "nbest": [{"translation": text, "score": round(score, 4)} for text, score in hyps],
+                "translation": line.nbest[0][0],
+                "nbest": [{"translation": text, "score": round(score, 4)} for text, score in line.nbest],
+                **({"alignment": line.alignment} if line.alignment is not None else {}),
             }
-            for hyps in found
+            for line in found
         ],
         "beam": decode.beam,
         "n_best": decode.n_best,
@@ -264,17 +291,20 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
 
     @app.post("/translate")
     async def translate(req: TranslateRequest) -> dict:
-        """One result per line, in order: the best translation and the n-best list with scores."""
+        """One result per line, in order: the best translation, the n-best list with scores and, when
+        asked, the best one's word alignment; each line's translation starts with its prefix, if any."""
         lines, decode = (
             checked_lines(req.lines, worker.limits),
             request_decoding(worker.cfg.decode, req, worker.limits),
         )
-        return translation_json(await run(Job.translate(lines, decode)) if lines else [], decode)
+        job = Job.translate(lines, decode, checked_prefixes(req, lines, worker.limits), req.alignments)
+        return translation_json(await run(job) if lines else [], decode)
 
     @app.post("/attention")
     async def attention(req: AttentionRequest) -> dict:
         """Encoder self-, decoder self- and cross-attention of line `index`'s 1-best translation, in a
-        teacher-forced pass over all the lines as one batch (so its padding shows)."""
+        teacher-forced pass over all the lines as one batch (so its padding shows), and its word
+        alignment (`alignment`: the words of both sides and the pairs)."""
         lines, decode = (
             checked_lines(req.lines, worker.limits),
             request_decoding(worker.cfg.decode, req, worker.limits),
@@ -324,18 +354,21 @@ def serve(
     device: torch.device,
     limits: ServeLimits,
     overrides: list[str] = (),
+    ensemble: list[str] = (),
 ) -> None:
     """Load the run and serve it until Ctrl-C: HTTP in a thread, decoding in this one. `overrides`
-    (decode.beam=5, ...) set the decoding options of requests that do not name them."""
+    (decode.beam=5, ...) set the decoding options of requests that do not name them; `ensemble`: other
+    runs (the same checkpoint of each) that decode with it as one."""
     import uvicorn
 
     check_port(host, port)
     path = checkpoint_path(run_dir, checkpoint)  # once: "best" may warn that it falls back to last.pt
     cfg, tokenizer, model = load_run(run_dir, str(path), overrides)
     model = model.to(device)
-    searcher = decoding_model(run_dir, cfg.decode, tokenizer, model, device, whole_files=False)
+    searcher = ensemble_of(run_dir, list(ensemble), checkpoint, tokenizer, model, cfg.decode)
+    searcher = decoding_model(run_dir, cfg.decode, tokenizer, searcher, device, whole_files=False)
     worker = Worker(model, tokenizer, cfg, device, limits, searcher)
-    info = server_info(run_dir, cfg, model, path, device, limits)
+    info = server_info(run_dir, cfg, model, path, device, limits, ensemble)
     http = uvicorn.Server(uvicorn.Config(create_app(worker, info), host=host, port=port, log_level="warning"))
     worker.running.set()  # requests are taken from the first one on; `run` below answers them
     threading.Thread(target=lambda: (http.run(), worker.stop()), name="mt-http", daemon=True).start()

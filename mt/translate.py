@@ -9,7 +9,7 @@ these functions, `mt translate` and `mt evaluate` call them; none of them reads 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 import torch
@@ -74,6 +74,7 @@ def search_lines(
     use_cache: bool = True,
     max_source_pieces: int | None = None,
     prefixes: list[str] | None = None,
+    draw: int = 0,
 ) -> list[list[Hypothesis]]:
     """Decode raw lines with greedy (cfg.beam == 1) or beam search: cfg.n_best hypotheses per line.
 
@@ -82,7 +83,10 @@ def search_lines(
     longer than `max_source_pieces` (and the model's positions) is translated in parts, with a
     warning; its parts' 1-best translations are joined into its one hypothesis. `prefixes` (one per
     line, "" for none): each line's translation starts with that text's pieces (its first part's).
+    Sampling with cfg.n_best N draws N translations of each line (`_draws`).
     """
+    if cfg.sample and cfg.n_best > 1:
+        return _draws(model, tokenizer, lines, cfg, device, use_cache, max_source_pieces, prefixes)
     was_training = model.training
     model.eval()
     limit = min(max_source_pieces or model.cfg.max_positions, model.cfg.max_positions - 1)  # room for eos
@@ -94,7 +98,9 @@ def search_lines(
     part_no: list[int] = []  # 0, 1, ... within each line
     for j, i in enumerate(owner):
         part_no.append(part_no[-1] + 1 if j and owner[j - 1] == i else 0)
-    seeds = [(cfg.seed * 1_000_003 + i) * 101 + n for i, n in zip(owner, part_no)]  # by line, not batch
+    # by line (and draw), not batch; draw 0 is what n_best 1 draws. torch's CPU generator keeps a seed's
+    # low 32 bits: draw k moves them by k * (2**31 - 1), far from any other line's
+    seeds = [(cfg.seed * 1_000_003 + i) * 101 + n + draw * (2**31 - 1) for i, n in zip(owner, part_no)]
     part_prefix = [forced[i] if n == 0 else [] for i, n in zip(owner, part_no)]  # a line's first part
     batches = [
         ([parts[g] for g in gr], [part_prefix[g] for g in gr], [seeds[g] for g in gr]) for gr in groups
@@ -110,6 +116,14 @@ def search_lines(
         line[0] if len(line) == 1 else [_join([h[0] for h in line]) if line else Hypothesis([], 0.0, 0.0)]
         for line in by_line
     ]
+
+
+def _draws(model, tokenizer, lines, cfg, *args) -> list[list[Hypothesis]]:
+    """cfg.n_best samples of each line, in the order drawn: draw k is seeded apart from the others,
+    and draw 0 is the one sample that n_best 1 gives."""
+    one = replace(cfg, n_best=1)
+    drawn = [search_lines(model, tokenizer, lines, one, *args, draw=k) for k in range(cfg.n_best)]
+    return [[hyps[0] for hyps in line] for line in zip(*drawn)]
 
 
 def _search_groups(

@@ -1,6 +1,7 @@
 """The decoding thread of `mt serve`: the one thread that runs the model. It takes the queued jobs,
 merges those with the same decoding options into one `translate_nbest` call (attention jobs are never
-merged) and hands each job its own lines' results. Needs no web framework: mt.serve puts HTTP around it.
+merged; each line keeps its own forced prefix) and hands each job its own lines' results. Needs no web
+framework: mt.serve puts HTTP around it.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ import logging
 import queue
 import threading
 import time
-from typing import Callable, Hashable
+from typing import Callable, Hashable, NamedTuple
 
 import torch
 
 from mt.config import DecodeConfig, RunConfig, ServeLimits
-from mt.attention import attention_json, attention_maps
+from mt.attention import alignment_json, attention_json, attention_maps, line_alignments
+from mt.decode import Ensemble
 from mt.engine import Ct2Model
 from mt.model import Seq2Seq
 from mt.tokenizer import Tokenizer
@@ -29,28 +31,39 @@ class Overloaded(Exception):  # the queue is full or the decoding thread has sto
     pass
 
 
+class Translated(NamedTuple):
+    """A line's result: its n-best list, best first, and the 1-best's word alignment when asked."""
+
+    nbest: list[tuple[str, float]]  # (translation, score)
+    alignment: str | None  # Pharaoh i-j pairs
+
+
 @dataclasses.dataclass
 class Job:
-    """A request's lines and its work: `work(worker, lines)` gives one result per line of all the jobs
-    in its group. Jobs with one `merge_key` are computed in one call; None: never merged."""
+    """A request's lines and its work: `work(worker, lines, prefixes)` gives one result per line of all
+    the jobs in its group. Jobs with one `merge_key` are computed in one call; None: never merged."""
 
     lines: list[str]
-    work: Callable[[Worker, list[str]], list]
+    work: Callable[[Worker, list[str], list[str]], list]
     merge_key: Hashable | None
+    prefixes: list[str] | None = None  # a forced target prefix per line ("" for none)
     future: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
 
     @staticmethod
-    def translate(lines: list[str], decode: DecodeConfig) -> Job:
-        """n-best translations of the lines; merged with every translation with the same options, except
-        samples: a line's draws are seeded by its index in its own request."""
-        merge_key = None if decode.sample else ("translate", decode)
-        return Job(lines, lambda worker, group: worker.translate(group, decode), merge_key)
+    def translate(
+        lines: list[str], decode: DecodeConfig, prefixes: list[str] | None = None, alignments: bool = False
+    ) -> Job:
+        """n-best translations of the lines (`Translated`); merged with every translation with the same
+        options, except samples: a line's draws are seeded by its index in its own request."""
+        merge_key = None if decode.sample else ("translate", decode, alignments)
+        work = lambda worker, group, forced: worker.translate(group, decode, forced, alignments)  # noqa: E731
+        return Job(lines, work, merge_key, prefixes)
 
     @staticmethod
     def attention(lines: list[str], decode: DecodeConfig, index: int) -> Job:
         """The attention of lines[index] in a batch of all the lines: the batch is what the page shows,
         so it is never merged."""
-        return Job(lines, lambda worker, group: worker.attention(group, decode, index), None)
+        return Job(lines, lambda worker, group, _: worker.attention(group, decode, index), None)
 
 
 class Worker:
@@ -67,10 +80,10 @@ class Worker:
         cfg: RunConfig,
         device: torch.device,
         limits: ServeLimits,
-        searcher: Seq2Seq | Ct2Model | None = None,
+        searcher: Seq2Seq | Ensemble | Ct2Model | None = None,
     ):
-        """`searcher` translates (default: `model`; `rundir.decoding_model` picks the engine); the
-        attention explorer always reads the torch `model`."""
+        """`searcher` translates (default: `model`; `rundir.decoding_model` picks the engine, an
+        ensemble's first model is `model`); attention and alignments always read the torch `model`."""
         self.model, self.tokenizer, self.cfg, self.device, self.limits = model, tokenizer, cfg, device, limits
         self.searcher = model if searcher is None else searcher
         # unbounded: `submit` keeps to max_queue, `stop` never waits
@@ -98,15 +111,31 @@ class Worker:
         self.queue.put(job)
         return job.future
 
-    def translate(self, lines: list[str], decode: DecodeConfig) -> list:
-        return translate_nbest(
-            self.searcher, self.tokenizer, lines, decode, self.device, max_source_pieces=self.cfg.data.max_len
+    def translate(
+        self, lines: list[str], decode: DecodeConfig, prefixes: list[str], alignments: bool = False
+    ) -> list[Translated]:
+        found = translate_nbest(
+            self.searcher,
+            self.tokenizer,
+            lines,
+            decode,
+            self.device,
+            max_source_pieces=self.cfg.data.max_len,
+            prefixes=prefixes if any(prefixes) else None,
         )
+        aligned = (
+            line_alignments(self.model, self.tokenizer, lines, [hyps[0][0] for hyps in found])
+            if alignments
+            else [None] * len(lines)
+        )
+        return [Translated(hyps, alignment) for hyps, alignment in zip(found, aligned)]
 
     def attention(self, lines: list[str], decode: DecodeConfig, index: int) -> list:
-        """[line index's attention], as JSON here: torch stays in this thread."""
-        found = attention_maps(self.model, self.tokenizer, lines, decode, self.device)
-        return [attention_json(found[index], self.model.cfg.n_heads)]
+        """[line index's attention and word alignment], as JSON here: torch stays in this thread."""
+        found = attention_maps(self.model, self.tokenizer, lines, decode, self.device)[index]
+        page = attention_json(found, self.model.cfg.n_heads)
+        page["alignment"] = alignment_json(self.model, self.tokenizer, lines[index], found.translation)
+        return [page]
 
     def _take(self) -> list[Job] | None:
         """The jobs of the next round, up to max_batch_lines: all waiting ones, and those that come
@@ -154,7 +183,8 @@ class Worker:
     def _answer(self, group: list[Job]) -> None:
         try:
             lines = [line for job in group for line in job.lines]
-            results = group[0].work(self, lines)
+            prefixes = [p for job in group for p in (job.prefixes or [""] * len(job.lines))]
+            results = group[0].work(self, lines, prefixes)
             self.batches += 1
         except Exception as e:  # a bug: each waiting request gets a 500, the server goes on
             log.exception("decoding failed")

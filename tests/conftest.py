@@ -257,7 +257,9 @@ def make_worker(served, **limits) -> Worker:
     return Worker(model, tokenizer, cfg, "cpu", ServeLimits(**limits))
 
 
-def expected(served, lines: list[str], **options) -> list[list[tuple[str, float]]]:
+def expected(served, lines: list[str], prefixes=None, **options) -> list[list[tuple[str, float]]]:
     run, cfg, tokenizer, model = served
     decode = dataclasses.replace(cfg.decode, **options)
-    return translate_nbest(model, tokenizer, lines, decode, "cpu", max_source_pieces=cfg.data.max_len)
+    return translate_nbest(
+        model, tokenizer, lines, decode, "cpu", max_source_pieces=cfg.data.max_len, prefixes=prefixes
+    )

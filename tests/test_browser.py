@@ -122,7 +122,11 @@ def test_type_translate_and_explore_the_attention(server, browser, tmp_path):
     browser.find_element(By.ID, "translate").click()
     wait.until(lambda d: len(cells(d, "cross")) > 0)
 
-    want = api(server, "translate", {"lines": LINES, "beam": 3, "n_best": 2, "length_penalty": 1.0})
+    want = api(
+        server,
+        "translate",
+        {"lines": LINES, "beam": 3, "n_best": 2, "length_penalty": 1.0, "alignments": True},
+    )
     shown = read(browser, "#results .translation")
     assert shown == [t["translation"] for t in want["translations"]]
     scores = read(browser, "#results td.score")
@@ -160,6 +164,13 @@ def test_type_translate_and_explore_the_attention(server, browser, tmp_path):
         max(real_t - 1 - q, 0) for q in range(T)
     )
     assert len(read(browser, "#heatmap-encoder rect.masked.pad")) == S * (S - sum(att["source_mask"]))
+
+    aligned = att["alignment"]  # the word alignment: the words of both sides, a line per pair
+    assert read(browser, "#alignment text", "textContent") == aligned["source"] + aligned["target"]
+    assert len(read(browser, "#alignment line.link", "x1")) == len(aligned["pairs"])
+    assert read(browser, "#results .alignment", "textContent") == [
+        f"alignment: {t['alignment'] or 'none'}" for t in want["translations"]
+    ]
 
     before = cells(browser, "cross")
     Select(browser.find_element(By.ID, "head")).select_by_value("0")

@@ -152,7 +152,7 @@ def test_cuda_only_precisions_are_refused_on_cpu(tmp_path, precision):
 def test_one_path_from_user_options_to_a_checked_decode_config():
     """CLI flags, request options and a config file meet DecodeConfig in `decoding`: values are checked
     as config values, n_best <= beam, and every error is in the user's own spelling, naming the key."""
-    from mt.config import COMMAND_LINE, REQUEST, DecodeConfig, decoding
+    from mt.options import COMMAND_LINE, REQUEST, DecodeConfig, decoding
 
     run = DecodeConfig(beam=4, length_penalty=0.6)
     assert decoding(run, {"beam": None, "n_best": 2, "batch_tokens": 999}, COMMAND_LINE) == DecodeConfig(

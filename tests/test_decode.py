@@ -14,7 +14,7 @@ import torch
 
 from conftest import TEXT_MODEL
 from mt.batching import source_batch
-from mt.config import COMMAND_LINE, DecodeConfig, decoding
+from mt.options import COMMAND_LINE, DecodeConfig, decoding
 from mt.decode import Ensemble, Hypothesis, Sampler, beam_search, greedy_decode, length_penalty
 from mt.errors import ConfigError
 from mt.model import KVCache, Seq2Seq
@@ -223,6 +223,21 @@ def test_samples_are_seeded_reproducible_and_independent_of_the_batch(trained_mo
         and sum(a != b for a, b in zip(drawn, greedy)) >= 10
     )
     assert sum(a != b for a, b in zip(drawn, reversed_lines[::-1])) >= 10  # the line's number seeds it
+
+
+def test_n_samples_per_line_are_n_seeded_draws_the_first_the_one_sample(trained_model, tokenizer, toy):
+    lines, cfg = toy["test"][0][:12], DecodeConfig(sample="topk:20", temperature=1.5, seed=7)
+    one = search_lines(trained_model, tokenizer, lines, cfg)
+    three = search_lines(trained_model, tokenizer, lines, dataclasses.replace(cfg, n_best=3))
+    assert [len(hyps) for hyps in three] == [3] * 12
+    assert [hyps[0] for hyps in three] == [hyps[0] for hyps in one]
+    one_by_one = search_lines(
+        trained_model, tokenizer, lines, dataclasses.replace(cfg, n_best=3, batch_tokens=16)
+    )
+    tokens = lambda found: [[h.tokens for h in hyps] for hyps in found]  # noqa: E731
+    assert tokens(one_by_one) == tokens(three)  # independent of the batch
+    assert sum(len({tuple(h.tokens) for h in hyps}) > 1 for hyps in three) >= 8, tokens(three)  # draws differ
+    assert decoding(DecodeConfig(), {"sample": "topk:5", "n_best": 4}, COMMAND_LINE).n_best == 4
 
 
 def test_top_p_keeps_the_fewest_pieces_that_reach_p():

@@ -65,6 +65,34 @@ def test_samples_are_mt_translates_line_for_line(client, served):
     assert [t["translation"] for t in got["translations"]] == [hyps[0][0] for hyps in want]
 
 
+def test_n_samples_per_line_come_in_the_order_drawn(client, served):
+    lines, options = ["Ein Hund läuft .", "Zwei Männer"], {"sample": "topk:20", "temperature": 1.5, "seed": 4}
+    got = client.post("/translate", json={"lines": lines, "n_best": 3, **options}).json()["translations"]
+    want = expected(served, lines, n_best=3, **options)
+    assert [[h["translation"] for h in t["nbest"]] for t in got] == [
+        [text for text, _ in hyps] for hyps in want
+    ]
+
+
+def test_each_line_keeps_its_prefix_and_alignments_line_up_with_the_words(client, served):
+    lines, prefixes = ["Ein Hund läuft .", "Zwei Männer", ""], ["a dog", "", ""]
+    got = client.post("/translate", json={"lines": lines, "prefixes": prefixes, "alignments": True}).json()
+    translations = got["translations"]
+    assert [t["translation"] for t in translations] == [
+        hyps[0][0] for hyps in expected(served, lines, prefixes)
+    ]
+    assert translations[0]["translation"].startswith("a dog")
+    assert translations[2]["alignment"] == ""
+    for line, t in zip(lines[:2], translations):
+        pairs = [tuple(map(int, pair.split("-"))) for pair in t["alignment"].split()]
+        assert {j for _, j in pairs} == set(range(len(t["translation"].split())))
+        assert all(0 <= i < len(line.split()) for i, _ in pairs)
+    plain = client.post("/translate", json={"lines": lines}).json()["translations"]
+    assert "alignment" not in plain[0] and [t["translation"] for t in plain[1:]] == [
+        t["translation"] for t in translations[1:]
+    ]
+
+
 def test_a_line_break_or_a_lone_surrogate_inside_an_item_stays_one_line(client, served):
     got = client.post(
         "/translate",
@@ -93,7 +121,7 @@ def test_a_full_queue_is_503_not_a_hang(served):
             "error": "the queue is full (2 requests waiting, mt serve --max-queue); retry later"
         }
         release.set()
-        assert [f.result(timeout=60)[0][0][0] for f in [first, *waiting]] == [
+        assert [f.result(timeout=60)[0].nbest[0][0] for f in [first, *waiting]] == [
             expected(served, [x])[0][0][0] for x in "abb"
         ]
         assert c.post("/translate", json={"lines": ["c"]}).status_code == 200
@@ -140,7 +168,7 @@ LIMITS = [  # (body, status, error, name): every refusal, with the limits of the
         {"lines": ["a"], "colour": 2},
         422,
         "colour: unknown option; the options are lines, beam, n_best, length_penalty, sample, temperature, "
-        "seed",
+        "seed, prefixes, alignments",
         ("option", "colour"),
     ),
     (
@@ -180,6 +208,25 @@ LIMITS = [  # (body, status, error, name): every refusal, with the limits of the
         422,
         "sample: topk:3 draws one token at a time: send beam 1",
         ("option", "sample"),
+    ),
+    (
+        {"lines": ["a", "b"], "prefixes": ["the"]},
+        422,
+        'prefixes: 1 given for 2 lines; give one per line ("" for none)',
+        ("option", "prefixes"),
+    ),
+    (
+        {"lines": ["a"], "prefixes": ["x" * 2001]},
+        413,
+        "prefixes[0] has 2001 characters, more than max_line_chars=2000 (mt serve --max-line-chars); "
+        "split the line",
+        ("limit", "max_line_chars"),
+    ),
+    (
+        {"lines": ["a"], "alignments": "yes"},
+        422,
+        "alignments: Input should be a valid boolean",
+        ("option", "alignments"),
     ),
     ({"lines": "a"}, 422, "lines: Input should be a valid list", ("option", "lines")),
     ({"lines": ["a", 7]}, 422, "lines[1]: Input should be a valid string", ("option", "lines")),
@@ -248,6 +295,10 @@ def test_attention_shows_the_batch_padding_and_the_masks(client, served):
             assert (len(head), len(head[0])) == (rows, cols)
             assert all((p == 0) == (not m) for row, mrow in zip(head, mask) for p, m in zip(row, mrow)), kind
             assert all(abs(sum(row) - 1) < 1e-3 for row in head)
+    alignment = got["alignment"]
+    assert (alignment["source"], alignment["target"]) == (lines[0].split(), got["translation"].split())
+    assert {j for _, j in alignment["pairs"]} == set(range(len(alignment["target"])))
+    assert all(0 <= i < len(alignment["source"]) for i, _ in alignment["pairs"])
     empty = client.post("/attention", json={"lines": lines + [""], "index": 2}).json()
     assert (empty["translation"], empty["target"][:2], empty["predicted"][0]) == (
         "",
@@ -269,7 +320,8 @@ def test_serve_refuses_a_taken_port_in_one_line(served, capsys):
 
 
 def test_mt_serve_answers_over_loopback_and_stops_on_ctrl_c(served):
-    """The command itself: uvicorn in a thread, decoding in the main one; SIGINT ends it with code 0."""
+    """The command itself (here serving an ensemble): uvicorn in a thread, decoding in the main one;
+    SIGINT ends it with code 0."""
     import http.client
     import signal
     import subprocess
@@ -290,6 +342,8 @@ def test_mt_serve_answers_over_loopback_and_stops_on_ctrl_c(served):
             str(port),
             "--device",
             "cpu",
+            "--ensemble",
+            str(served[0]),  # the run with itself: what the run alone answers
         ],
         stderr=subprocess.PIPE,
         text=True,
@@ -309,6 +363,8 @@ def test_mt_serve_answers_over_loopback_and_stops_on_ctrl_c(served):
         assert [t["translation"] for t in answer["translations"]] == [
             hyps[0][0] for hyps in expected(served, ODD[:2])
         ]
+        conn.request("GET", "/info")
+        assert json.loads(conn.getresponse().read())["ensemble"] == [str(served[0])] * 2
     finally:
         server.send_signal(signal.SIGINT)
         _, err = server.communicate(timeout=30)

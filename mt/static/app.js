@@ -1,4 +1,5 @@
-// The mt page: translate with POST /translate, then draw POST /attention's maps as SVG heatmaps.
+// The mt page: translate with POST /translate, then draw POST /attention's maps as SVG heatmaps and
+// the sentence's word alignment as lines between its words.
 // Plain JS, no build step, no network beyond this server. Masks follow the model's convention:
 // true = may attend; a cell whose mask is false is drawn hatched (grey: padding, orange: the future).
 "use strict";
@@ -35,7 +36,7 @@ async function translate() {
   state.options = readOptions();
   $("translate").disabled = true;
   try {
-    const data = await post("translate", { lines: state.lines, ...state.options });
+    const data = await post("translate", { lines: state.lines, alignments: true, ...state.options });
     showResults(data.translations);
     fillSelect($("sentence"), state.lines.map((line, i) => [i, `${i + 1}: ${line.slice(0, 60)}`]));
     await loadAttention();
@@ -62,7 +63,8 @@ function showResults(translations) {
       score.className = "score";
       score.textContent = hyp.score.toFixed(4);
     });
-    item.append(source, best, table);
+    const aligned = element("div", "alignment", `alignment: ${result.alignment || "none"}`);
+    item.append(source, best, table, aligned);
     list.append(item);
   });
   $("output").hidden = false;
@@ -109,6 +111,26 @@ function draw() {
   heatmap($("heatmap-encoder"), pick(a.encoder), a.masks.encoder, a.source, a.source, a.source_mask, a.source_mask);
   heatmap($("heatmap-decoder"), pick(a.decoder), a.masks.decoder, a.target, a.target, a.target_mask, a.target_mask);
   heatmap($("heatmap-cross"), pick(a.cross), a.masks.cross, a.target, a.source, a.target_mask, a.source_mask);
+  alignment($("alignment"), a.alignment);
+}
+
+function alignment(svg, found) {
+  // source words on top, target words below, a line for each (source, target) pair
+  const gap = 14, charWidth = 7.5, top = 20, bottom = 110;
+  const place = (words) => {
+    let x = 8;
+    return words.map((word) => { const at = x + (word.length * charWidth) / 2; x += word.length * charWidth + gap; return at; });
+  };
+  const xs = { source: place(found.source), target: place(found.target) };
+  const width = Math.max(...[...xs.source, ...xs.target, 0]) + 80;
+  svg.replaceChildren();
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", bottom + 12);
+  found.pairs.forEach(([i, j]) => {
+    svg.append(svgNode("line", { x1: xs.source[i], y1: top + 6, x2: xs.target[j], y2: bottom - 16, class: "link" }));
+  });
+  found.source.forEach((word, i) => svg.append(svgNode("text", { x: xs.source[i], y: top, "text-anchor": "middle" }, word)));
+  found.target.forEach((word, j) => svg.append(svgNode("text", { x: xs.target[j], y: bottom, "text-anchor": "middle" }, word)));
 }
 
 function svgNode(tag, attributes, text) {
