@@ -98,9 +98,7 @@ def search_lines(
     part_no: list[int] = []  # 0, 1, ... within each line
     for j, i in enumerate(owner):
         part_no.append(part_no[-1] + 1 if j and owner[j - 1] == i else 0)
-    # by line (and draw), not batch; draw 0 is what n_best 1 draws. torch's CPU generator keeps a seed's
-    # low 32 bits: draw k moves them by k * (2**31 - 1), far from any other line's
-    seeds = [(cfg.seed * 1_000_003 + i) * 101 + n + draw * (2**31 - 1) for i, n in zip(owner, part_no)]
+    seeds = _sampling_seeds(cfg.seed, owner, part_no, draw)
     part_prefix = [forced[i] if n == 0 else [] for i, n in zip(owner, part_no)]  # a line's first part
     batches = [
         ([parts[g] for g in gr], [part_prefix[g] for g in gr], [seeds[g] for g in gr]) for gr in groups
@@ -116,6 +114,13 @@ def search_lines(
         line[0] if len(line) == 1 else [_join([h[0] for h in line]) if line else Hypothesis([], 0.0, 0.0)]
         for line in by_line
     ]
+
+
+def _sampling_seeds(seed: int, owner: list[int], part_no: list[int], draw: int) -> list[int]:
+    """Each part's sampling seed: by line, part and draw, never by batch (draw 0 is what n_best 1
+    draws). torch's CPU generator keeps a seed's low 32 bits: draw k moves them by k * (2**31 - 1), far
+    from any other line's."""
+    return [(seed * 1_000_003 + i) * 101 + n + draw * (2**31 - 1) for i, n in zip(owner, part_no)]
 
 
 def _draws(model, tokenizer, lines, cfg, *args) -> list[list[Hypothesis]]:
