@@ -204,12 +204,14 @@ def fill_ratio(corpus: Pairs, plan: EpochPlan) -> float:
 class BatchStream:
     """The training batches, epoch after epoch, each epoch in its seeded order. A position is
     (epoch from 1, batches of that epoch already taken), all a checkpoint needs to resume the stream.
+    Given several views of the corpus (BPE-dropout's samples), epoch e reads view (e - 1) mod n.
 
     A worker thread pads the batches of the next `take` while the caller trains on these (and, for a
     GPU, pins them so the copy is asynchronous)."""
 
-    def __init__(self, corpus: Pairs, max_tokens: int, seed: int, pin_memory: bool = False):
-        self.corpus, self.max_tokens, self.seed, self.pin = corpus, max_tokens, seed, pin_memory
+    def __init__(self, corpus: Pairs | list[Pairs], max_tokens: int, seed: int, pin_memory: bool = False):
+        self.views = corpus if isinstance(corpus, list) else [corpus]
+        self.max_tokens, self.seed, self.pin = max_tokens, seed, pin_memory
         self.plans: dict[int, EpochPlan] = {}
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="mt-batches")
         self.ahead: tuple[tuple[int, int, int], Future] | None = None
@@ -217,23 +219,26 @@ class BatchStream:
     def plan(self, epoch: int) -> EpochPlan:
         if epoch not in self.plans:
             self.plans = {e: p for e, p in self.plans.items() if e >= epoch - 1}  # keep two at most
-            self.plans[epoch] = epoch_plan(
-                self.corpus.src_len, self.corpus.tgt_len, self.max_tokens, self.seed, epoch
-            )
+            corpus = self.corpus(epoch)
+            self.plans[epoch] = epoch_plan(corpus.src_len, corpus.tgt_len, self.max_tokens, self.seed, epoch)
             if epoch == 1:
                 log.info(
                     "epoch 1: %d batches, non-pad fraction %.3f",
                     len(self.plans[1]),
-                    fill_ratio(self.corpus, self.plans[1]),
+                    fill_ratio(corpus, self.plans[1]),
                 )
         return self.plans[epoch]
+
+    def corpus(self, epoch: int) -> Pairs:
+        return self.views[(epoch - 1) % len(self.views)]
 
     def _build(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:
         epoch = max(epoch, 1)
         if index >= len(self.plan(epoch)):
             epoch, index = epoch + 1, 0
         plan = self.plan(epoch)
-        batches = [self.corpus.batch(plan.rows(j)) for j in range(index, min(index + n, len(plan)))]
+        corpus = self.corpus(epoch)
+        batches = [corpus.batch(plan.rows(j)) for j in range(index, min(index + n, len(plan)))]
         return [b.pin_memory() for b in batches] if self.pin else batches, epoch, index + len(batches)
 
     def take(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:

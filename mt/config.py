@@ -30,6 +30,10 @@ class DataConfig:
     src_lang: str = "de"  # multi30k and toy: de or en; files: the files' suffix
     tgt_lang: str = "en"
     max_len: int = within(100, 1)  # training pairs with more pieces on either side are dropped
+    # training only (subword regularisation): each BPE merge skipped with this probability; the pairs are
+    # binarized bpe_views times so sampled, and epoch e trains on view e mod bpe_views. 0 = off
+    bpe_dropout: float = within(0.0, 0.0, 0.9)
+    bpe_views: int = within(8, 1)
 
 
 @dataclass(frozen=True)

@@ -144,29 +144,28 @@ def binarize(
     max_len: int,
     folder: Path,
     total: int | None = None,
+    dropout: tuple[float, int] | None = None,
 ) -> dict:
     """Encode the pairs into folder/{src,tgt}.{ids,len}, keeping those with 1..max_len pieces on both
-    sides; returns the counts for meta.json. Holds one chunk of pairs at a time."""
+    sides; returns the counts for meta.json. Holds one chunk of pairs at a time. `dropout`: (BPE-dropout
+    probability, seed): each chunk's side sampled with a seed of its own."""
     ids_type, len_type = id_dtype(tokenizer.vocab_size - 1), id_dtype(max_len)
     files = [open(folder / name, "wb") for name in _SIDES]
     kept = dropped = 0
+
+    def encode(lines: list[str], part: int) -> list[list[int]]:
+        p, seed = dropout or (0.0, 0)
+        return tokenizer.encode_sampled(lines, p, seed * 1_000_003 + part) if p else tokenizer.encode(lines)
+
     try:
         pairs = _paired(sources)
         with tqdm(total=total, unit=" pairs", desc="binarize", mininterval=2, disable=None) as bar:
             while chunk := [pair for _, pair in zip(range(CHUNK), pairs)]:
                 arrays = [array.array(_TYPECODE[t]) for t in (ids_type, ids_type, len_type, len_type)]
-                encoded = (tokenizer.encode([p[side] for p in chunk]) for side in (0, 1))
-                for s, t in zip(*encoded):
-                    if 0 < len(s) <= max_len and 0 < len(t) <= max_len:
-                        (
-                            arrays[0].extend(s),
-                            arrays[1].extend(t),
-                            arrays[2].append(len(s)),
-                            arrays[3].append(len(t)),
-                        )
-                        kept += 1
-                    else:
-                        dropped += 1
+                number = (kept + dropped) // CHUNK  # of this chunk: its sides' BPE-dropout seeds
+                encoded = (encode([p[side] for p in chunk], 2 * number + side) for side in (0, 1))
+                n = _append(arrays, *encoded, max_len)
+                kept, dropped = kept + n, dropped + len(chunk) - n
                 for f, values in zip(files, arrays):
                     values.tofile(f)
                 bar.update(len(chunk))
@@ -183,6 +182,17 @@ def binarize(
         )
     log.info("kept %d training pairs, dropped %d (empty or longer than %d pieces)", kept, dropped, max_len)
     return {"pairs": kept, "dropped": dropped, "ids_dtype": str(ids_type), "len_dtype": str(len_type)}
+
+
+def _append(arrays: list[array.array], src: list[list[int]], tgt: list[list[int]], max_len: int) -> int:
+    """Add the pairs with 1..max_len pieces on both sides to (src ids, tgt ids, src len, tgt len);
+    returns how many."""
+    kept = 0
+    for s, t in zip(src, tgt):
+        if 0 < len(s) <= max_len and 0 < len(t) <= max_len:
+            arrays[0].extend(s), arrays[1].extend(t), arrays[2].append(len(s)), arrays[3].append(len(t))
+            kept += 1
+    return kept
 
 
 def _sha256(path: Path) -> str:
@@ -217,11 +227,13 @@ def _problem(folder: Path, identity: list) -> str:
     return ""
 
 
-def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None) -> Path:
+def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None, view: int = 0) -> Path:
     """The checked binarized-corpus folder of the training split for this tokenizer, built (or
-    rebuilt) if need be. The build goes to a temporary folder renamed into place when complete."""
+    rebuilt) if need be. The build goes to a temporary folder renamed into place when complete.
+    `view` n > 0: the pairs encoded with BPE-dropout cfg.bpe_dropout, sampled from seed n."""
     sources = training_sources(cfg)
     identity = [_identity(s) for s in sources] + [hashlib.sha256(tokenizer.proto).hexdigest(), cfg.max_len]
+    identity += [cfg.bpe_dropout, view] if view else []
     name = [i[0] if i[0] != "lines" else i[1] for i in identity[:2]] + identity[2:]  # not size or time
     key = hashlib.sha256(json.dumps(name).encode()).hexdigest()[:16]
     folder = cache_root() / f"{cfg.corpus}-{cfg.src_lang}-{cfg.tgt_lang}-{key}"
@@ -234,7 +246,8 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None) -> 
     shutil.rmtree(building, ignore_errors=True)
     try:
         building.mkdir(parents=True)
-        counts = binarize(sources, tokenizer, cfg.max_len, building, total)
+        dropout = (cfg.bpe_dropout, view) if view else None
+        counts = binarize(sources, tokenizer, cfg.max_len, building, total, dropout)
         files = {
             name: {"bytes": (building / name).stat().st_size, "sha256": _sha256(building / name)}
             for name in _SIDES

@@ -85,10 +85,12 @@ def joint_bpe(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[Tokenizer, int 
 
 def training_corpus(
     cfg: RunConfig, tokenizer: Tokenizer, pairs: int | None, ranks: distributed.Ranks
-) -> Pairs:
-    """Binarized (or checked) on rank 0, then memory-mapped by every rank: one copy in the page cache."""
-    folder = corpus.prepare(cfg.data, tokenizer, pairs) if ranks.main else None
-    return corpus.load(Path(distributed.from_main(str(folder) if folder else None, ranks)))
+) -> list[Pairs]:
+    """Binarized (or checked) on rank 0, then memory-mapped by every rank: one copy in the page cache.
+    One view, or with data.bpe_dropout data.bpe_views sampled ones (epoch e trains on view e mod n)."""
+    views = range(1, cfg.data.bpe_views + 1) if cfg.data.bpe_dropout else [0]
+    folders = [str(corpus.prepare(cfg.data, tokenizer, pairs, v)) for v in views] if ranks.main else None
+    return [corpus.load(Path(folder)) for folder in distributed.from_main(folders, ranks)]
 
 
 def best_so_far(p: Progress) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -60,6 +61,22 @@ class Tokenizer:
     def encode(self, lines: list[str]) -> list[list[int]]:
         """Lines -> piece ids, without bos/eos (the batch adds them)."""
         return self.sp.encode(lines)
+
+    def encode_sampled(self, lines: list[str], dropout: float, seed: int) -> list[list[int]]:
+        """BPE-dropout (training only): as `encode`, but each merge is skipped with probability
+        `dropout` (sentencepiece's sampling for BPE), drawn from `seed`. sentencepiece keeps one
+        generator per thread, seeded when the thread first samples: a fresh thread, lines one by one,
+        makes the draws the seed's alone."""
+        found: list[list[int]] = []
+
+        def sample() -> None:
+            found.extend(self.sp.encode(line, enable_sampling=True, alpha=dropout) for line in lines)
+
+        spm.set_random_generator_seed(seed)
+        thread = threading.Thread(target=sample, name="mt-bpe-dropout")
+        thread.start()
+        thread.join()
+        return found
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         return self.sp.decode(ids)

@@ -147,3 +147,16 @@ def test_batch_shift_masks_and_ntokens_match_hand_built():
     assert b.tgt_out.tolist() == [[9, 10, EOS, PAD], [11, 12, 13, EOS]]
     assert b.tgt_mask.tolist() == [[True, True, True, False], [True, True, True, True]]
     assert b.src_mask.dtype == torch.bool and b.ntokens == 7
+
+
+def test_a_stream_of_views_reads_view_e_mod_n_in_epoch_e(toy, tokenizer):
+    lines = toy["train"][0][:200], toy["train"][1][:200]
+    views = [
+        Pairs.from_ids(*(tokenizer.encode_sampled(side, 0.2, seed) for side in lines)) for seed in (1, 2)
+    ]
+    stream = BatchStream(views, 600, seed=3)
+    for epoch, view in ((1, 0), (2, 1), (3, 0)):
+        got, _, _ = stream.take(epoch, 0, 1000)
+        want = [views[view].batch(stream.plan(epoch).rows(j)) for j in range(len(stream.plan(epoch)))]
+        assert [b.src.tolist() for b in got] == [b.src.tolist() for b in want]
+    assert views[0].src.tolist() != views[1].src.tolist()

@@ -1,6 +1,7 @@
 """mt/corpus.py: the binarized training corpus: ids round-trip to text, the drop rule for empty and
 long pairs, a damaged or stale cache is rebuilt, the tokenizer's sample is seeded."""
 
+import dataclasses
 import logging
 
 import pytest
@@ -112,3 +113,28 @@ def test_empty_and_long_pairs_are_dropped_and_counted(files, tokenizer, caplog):
     assert str(e.value) == (
         "no training pairs left: all 400 are empty or longer than data.max_len=1 pieces; raise data.max_len"
     )
+
+
+def test_bpe_dropout_views_are_seeded_samples_of_the_same_text(files, tokenizer, monkeypatch):
+    """Each view re-encodes the pairs with BPE-dropout: the same text in other pieces, the same again
+    for the same view, another for another view; view 0 is the plain encoding."""
+    sampled = dataclasses.replace(files, max_len=400, bpe_dropout=0.3)
+    monkeypatch.setattr(corpus, "CHUNK", 7)  # several chunks: each side of each gets a seed of its own
+
+    def pieces(folder) -> list[list[int]]:
+        loaded = corpus.load(folder)
+        return [
+            loaded.src[a : a + n].tolist() for a, n in zip(loaded.src_start.tolist(), loaded.src_len.tolist())
+        ]
+
+    plain, one, two = (pieces(corpus.prepare(sampled, tokenizer, view=v)) for v in (0, 1, 2))
+    src, _ = load_split(files, "train")
+    assert plain == tokenizer.encode(src)
+    assert tokenizer.decode(one) == tokenizer.decode(two) == tokenizer.decode(plain)
+    assert sum(map(len, one)) > sum(map(len, plain)) and one != two
+    assert sum(a != b for a, b in zip(one, plain)) > len(src) // 2
+    rebuilt = corpus.prepare(sampled, tokenizer, view=1)
+    for name in ("src.ids", "tgt.ids"):
+        (rebuilt / name).write_bytes(b"")  # damaged: rebuilt, with the very same draws
+    assert pieces(corpus.prepare(sampled, tokenizer, view=1)) == one
+    assert tokenizer.encode(src) == plain  # sampling leaves plain encoding (validation, test) alone

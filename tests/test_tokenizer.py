@@ -90,3 +90,14 @@ def test_the_same_lines_give_the_same_model_bytes_from_any_file(toy, tmp_path):
     assert first.sha256 == second.sha256
     assert b"sample.txt" not in first.proto
     assert first.encode(src[:5]) == train_tokenizer(src[:500] + tgt[:500], vocab_size=200).encode(src[:5])
+
+
+def test_bpe_dropout_is_seeded_lossless_and_off_by_default(tokenizer, toy):
+    lines = toy["train"][0][:50]
+    drawn = tokenizer.encode_sampled(lines, 0.3, seed=5)
+    assert (
+        tokenizer.encode_sampled(lines, 0.3, seed=5) == drawn != tokenizer.encode_sampled(lines, 0.3, seed=6)
+    )
+    assert tokenizer.decode(drawn) == tokenizer.decode(tokenizer.encode(lines))
+    assert sum(map(len, drawn)) > sum(map(len, tokenizer.encode(lines)))  # merges skipped: more pieces
+    assert tokenizer.encode_sampled(lines, 0.0, seed=5) == tokenizer.encode(lines)

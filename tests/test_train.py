@@ -16,6 +16,8 @@ import pytest
 import torch
 
 import mt.step
+import mt.session
+from mt.tokenizer import Tokenizer
 import mt.train
 from mt.cli import main
 from mt.config import load_config
@@ -213,3 +215,32 @@ def test_diverging_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monke
     )
     assert torch.load(run / "last.pt", weights_only=True)["progress"]["step"] == 4
     assert len([r for r in metrics(run) if "skipped_update" in r]) == 3
+
+
+def test_bpe_dropout_trains_on_its_views_and_validates_on_plain_pieces(tmp_path, tiny_config, monkeypatch):
+    streams, validations = [], []
+    real_stream, real_validation = mt.session.BatchStream, mt.session.make_validation
+
+    def stream(corpus, *args, **kwargs):
+        streams.append(corpus)
+        return real_stream(corpus, *args, **kwargs)
+
+    def validation(src, ref, tokenizer, max_tokens):
+        validations.append(
+            (real_validation(src, ref, tokenizer, max_tokens), (src, ref, tokenizer, max_tokens))
+        )
+        return validations[-1][0]
+
+    monkeypatch.setattr(mt.session, "BatchStream", stream)
+    monkeypatch.setattr(mt.session, "make_validation", validation)
+    result = train(
+        tiny_config("train.max_steps=4", "data.bpe_dropout=0.2", "data.bpe_views=3"), tmp_path / "run"
+    )
+    (views,), ((used, args),) = streams, validations
+    assert result["step"] == 4 and len(views) == 3
+    assert len({tuple(view.src.tolist()) for view in views}) == 3  # three samples of the pairs
+    after = real_validation(*args)  # validation encodes plainly, before and after sampling ran
+    assert [b.src.tolist() for b in used.batches] == [b.src.tolist() for b in after.batches]
+    assert [b.src.tolist() for b in used.batches] == [
+        b.src.tolist() for b in real_validation(args[0], args[1], Tokenizer(args[2].proto), args[3]).batches
+    ]
