@@ -309,6 +309,12 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
             checked_lines(req.lines, worker.limits),
             request_decoding(worker.cfg.decode, req, worker.limits),
         )
+        if req.prefixes is not None:
+            raise Refused(
+                422,
+                "prefixes",
+                "prefixes: /attention shows the model's own translation; send them to /translate",
+            )
         if req.index >= len(lines):
             raise Refused(
                 422, "index", f"index: {req.index} is not a line of the request ({len(lines)} lines)"

@@ -68,14 +68,20 @@ class Tokenizer:
         generator per thread, seeded when the thread first samples: a fresh thread, lines one by one,
         makes the draws the seed's alone."""
         found: list[list[int]] = []
+        failed: list[Exception] = []
 
         def sample() -> None:
-            found.extend(self.sp.encode(line, enable_sampling=True, alpha=dropout) for line in lines)
+            try:
+                found.extend(self.sp.encode(line, enable_sampling=True, alpha=dropout) for line in lines)
+            except Exception as e:  # raised in the caller's thread, not lost with this one
+                failed.append(e)
 
         spm.set_random_generator_seed(seed)
         thread = threading.Thread(target=sample, name="mt-bpe-dropout")
         thread.start()
         thread.join()
+        if failed:
+            raise failed[0]
         return found
 
     def decode(self, ids: list[list[int]]) -> list[str]:

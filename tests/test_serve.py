@@ -305,6 +305,11 @@ def test_attention_shows_the_batch_padding_and_the_masks(client, served):
         ["<s>", "<pad>"],
         "</s>",
     )
+    response = client.post("/attention", json={"lines": lines, "prefixes": ["a", ""]})
+    assert response.json() == {
+        "error": "prefixes: /attention shows the model's own translation; send them to /translate",
+        "option": "prefixes",
+    }
     response = client.post("/attention", json={"lines": lines, "index": 2})
     assert response.json() == {"error": "index: 2 is not a line of the request (2 lines)", "option": "index"}
 

@@ -101,3 +101,5 @@ def test_bpe_dropout_is_seeded_lossless_and_off_by_default(tokenizer, toy):
     assert tokenizer.decode(drawn) == tokenizer.decode(tokenizer.encode(lines))
     assert sum(map(len, drawn)) > sum(map(len, tokenizer.encode(lines)))  # merges skipped: more pieces
     assert tokenizer.encode_sampled(lines, 0.0, seed=5) == tokenizer.encode(lines)
+    with pytest.raises(TypeError):  # raised here, not lost in the sampling thread
+        tokenizer.encode_sampled(["ein Hund", 3], 0.1, seed=5)
