@@ -113,6 +113,17 @@ def checked_prefixes(req: TranslateRequest, lines: list[str], limits: ServeLimit
     return checked_lines(req.prefixes, limits, "prefixes")
 
 
+def attention_index(req: AttentionRequest, lines: list[str]) -> int:
+    """The line whose attention an /attention request asks for; it takes no prefixes."""
+    if req.prefixes is not None:
+        raise Refused(
+            422, "prefixes", "prefixes: /attention shows the model's own translation; send them to /translate"
+        )
+    if req.index >= len(lines):
+        raise Refused(422, "index", f"index: {req.index} is not a line of the request ({len(lines)} lines)")
+    return req.index
+
+
 def request_decoding(default: DecodeConfig, req: TranslateRequest, limits: ServeLimits) -> DecodeConfig:
     """The run's decode config with the request's options; a conflict is a 422 naming the option."""
     options = req.model_dump(include={f.name for f in dataclasses.fields(DecodeConfig)})  # not prefixes
@@ -309,17 +320,7 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
             checked_lines(req.lines, worker.limits),
             request_decoding(worker.cfg.decode, req, worker.limits),
         )
-        if req.prefixes is not None:
-            raise Refused(
-                422,
-                "prefixes",
-                "prefixes: /attention shows the model's own translation; send them to /translate",
-            )
-        if req.index >= len(lines):
-            raise Refused(
-                422, "index", f"index: {req.index} is not a line of the request ({len(lines)} lines)"
-            )
-        return (await run(Job.attention(lines, decode, req.index)))[0]
+        return (await run(Job.attention(lines, decode, attention_index(req, lines))))[0]
 
     @app.get("/health")
     async def health() -> JSONResponse:
