@@ -233,7 +233,8 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None, vie
     `view` n > 0: the pairs encoded with BPE-dropout cfg.bpe_dropout, sampled from seed n."""
     sources = training_sources(cfg)
     identity = [_identity(s) for s in sources] + [hashlib.sha256(tokenizer.proto).hexdigest(), cfg.max_len]
-    identity += [cfg.bpe_dropout, view] if view else []
+    # the sampler named: views that sentencepiece drew (salted per process) before mt's loop are not reused
+    identity += [cfg.bpe_dropout, view, "mt-bpe-dropout"] if view else []
     name = [i[0] if i[0] != "lines" else i[1] for i in identity[:2]] + identity[2:]  # not size or time
     key = hashlib.sha256(json.dumps(name).encode()).hexdigest()[:16]
     folder = cache_root() / f"{cfg.corpus}-{cfg.src_lang}-{cfg.tgt_lang}-{key}"

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import heapq
+import random
 import re
-import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -33,6 +34,11 @@ class Tokenizer:
             # translation
             self._word_starts = {
                 i for i in range(self.sp.get_piece_size()) if self.sp.id_to_piece(i).startswith("\u2581")
+            }
+            self._merge_scores = {  # the pieces a BPE merge may make, with their priority
+                self.sp.id_to_piece(i): self.sp.get_score(i)
+                for i in range(self.sp.get_piece_size())
+                if not (self.sp.is_control(i) or self.sp.is_unknown(i) or self.sp.is_byte(i))
             }
         except (
             RuntimeError,
@@ -64,25 +70,45 @@ class Tokenizer:
 
     def encode_sampled(self, lines: list[str], dropout: float, seed: int) -> list[list[int]]:
         """BPE-dropout (training only): as `encode`, but each merge is skipped with probability
-        `dropout` (sentencepiece's sampling for BPE), drawn from `seed`. sentencepiece keeps one
-        generator per thread, seeded when the thread first samples: a fresh thread, lines one by one,
-        makes the draws the seed's alone."""
-        found: list[list[int]] = []
-        failed: list[Exception] = []
+        `dropout`, drawn from `seed` by Python's own generator, so a seed gives the same pieces in
+        every process. sentencepiece's sampling cannot: 0.2.3 draws from absl's generator, salted
+        afresh in each process, so a view re-sampled for a resumed run would differ."""
+        rng = random.Random(seed)
+        return [self._sample_ids(line, dropout, rng) for line in lines]
 
-        def sample() -> None:
-            try:
-                found.extend(self.sp.encode(line, enable_sampling=True, alpha=dropout) for line in lines)
-            except Exception as e:  # raised in the caller's thread, not lost with this one
-                failed.append(e)
+    def _sample_ids(self, line: str, dropout: float, rng: random.Random) -> list[int]:
+        """sentencepiece's BPE loop (bpe_model.cc), one line: from single characters, merge the best
+        (highest score, then leftmost) adjacent pair that is a piece; a skipped pair stays apart until
+        a neighbour changes. Equals `encode` at dropout 0 (tests/test_tokenizer.py)."""
+        symbols = list(self.sp.normalize(line))  # '' once merged into its left neighbour
+        after = [*range(1, len(symbols)), -1]
+        before = list(range(-1, len(symbols) - 1))
+        agenda: list[tuple[float, int, int, int]] = []  # (-score, left, right, merged length)
 
-        spm.set_random_generator_seed(seed)
-        thread = threading.Thread(target=sample, name="mt-bpe-dropout")
-        thread.start()
-        thread.join()
-        if failed:
-            raise failed[0]
-        return found
+        def consider(left: int, right: int) -> None:
+            if (
+                left >= 0
+                and right >= 0
+                and (score := self._merge_scores.get(symbols[left] + symbols[right])) is not None
+            ):
+                heapq.heappush(agenda, (-score, left, right, len(symbols[left]) + len(symbols[right])))
+
+        for i in range(len(symbols) - 1):
+            consider(i, i + 1)
+        while agenda:
+            _, left, right, length = heapq.heappop(agenda)
+            if not symbols[left] or not symbols[right] or len(symbols[left]) + len(symbols[right]) != length:
+                continue  # stale: one side has merged since
+            if rng.random() < dropout:
+                continue
+            symbols[left], symbols[right] = symbols[left] + symbols[right], ""
+            after[left] = after[right]
+            if after[right] >= 0:
+                before[after[right]] = left
+            consider(before[left], left)
+            consider(left, after[left])
+        ids = [self.sp.piece_to_id(piece) for piece in symbols if piece]
+        return [i for n, i in enumerate(ids) if not (i == UNK and n and ids[n - 1] == UNK)]  # a run: one unk
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         return self.sp.decode(ids)

@@ -1,6 +1,10 @@
 """mt/tokenizer.py: one sentencepiece BPE model for both languages with fixed special ids, its round
 trip, and models that are damaged or have other special ids refused."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from mt.errors import ConfigError, RunDirError
@@ -100,6 +104,30 @@ def test_bpe_dropout_is_seeded_lossless_and_off_by_default(tokenizer, toy):
     )
     assert tokenizer.decode(drawn) == tokenizer.decode(tokenizer.encode(lines))
     assert sum(map(len, drawn)) > sum(map(len, tokenizer.encode(lines)))  # merges skipped: more pieces
-    assert tokenizer.encode_sampled(lines, 0.0, seed=5) == tokenizer.encode(lines)
-    with pytest.raises(TypeError):  # raised here, not lost in the sampling thread
+    with pytest.raises(TypeError):
         tokenizer.encode_sampled(["ein Hund", 3], 0.1, seed=5)
+
+
+def test_bpe_dropout_loop_is_sentencepieces_at_the_ends(tokenizer, toy):
+    """At dropout 0 the Python loop segments exactly as sentencepiece does, odd input included (a run of
+    unknown characters is one unk); at dropout 1 nothing merges: one piece per normalised character."""
+    odd = ["", "  zwei  Hunde ", "½ Ⅻ ŋŋŋ 😀 ok", "Ein\tHund."]
+    lines = toy["train"][0][:300] + toy["train"][1][:300] + odd
+    assert tokenizer.encode_sampled(lines, 0.0, seed=1) == tokenizer.encode(lines)
+    chars = tokenizer.encode_sampled(lines[:20], 1.0, seed=1)
+    assert [len(ids) for ids in chars] == [len(tokenizer.sp.normalize(line)) for line in lines[:20]]
+
+
+def test_bpe_dropout_is_the_same_in_another_process(tokenizer, toy, tmp_path):
+    """A resumed run re-samples a view in a new process: the seed alone must decide the pieces."""
+    tokenizer.save(tmp_path / "spm.model")
+    lines = toy["train"][0][:40]
+    (tmp_path / "lines.json").write_text(json.dumps(lines), encoding="utf-8")
+    code = (
+        "import json, sys; from mt.tokenizer import load_tokenizer; "
+        "t = load_tokenizer(sys.argv[1]); lines = json.load(open(sys.argv[2], encoding='utf-8')); "
+        "print(json.dumps(t.encode_sampled(lines, 0.3, seed=5)))"
+    )
+    args = [sys.executable, "-c", code, str(tmp_path / "spm.model"), str(tmp_path / "lines.json")]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == tokenizer.encode_sampled(lines, 0.3, seed=5)
