@@ -7,8 +7,8 @@ source + target training text and saved in the run directory (`spm.model`); late
 from __future__ import annotations
 
 import hashlib
-import io
 import heapq
+import io
 import random
 import re
 from pathlib import Path
