@@ -192,15 +192,7 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
     )
     top = max(r.result(setting)["bleu"] for r in comparable)
     best = [r for r in comparable if r.result(setting)["bleu"] == top]  # ties share the star
-    out = [f"# Comparing {len(runs)} runs on `{setting}`", ""]
-    out += [
-        f"Baseline: `{runs[0].path}`. {base['sentences']} sentences, references sha256 "
-        f"`{base['refs_sha256'][:12]}`, beam {base['beam']}, length penalty {base['length_penalty']}. "
-        f"p: sacreBLEU paired bootstrap resampling ({BOOTSTRAP_SAMPLES} resamples) against the baseline; "
-        f"* = p < {P_THRESHOLD}; ± = half-width of the run's bootstrap 95% confidence interval. "
-        "★ = best BLEU.",
-        "",
-    ]
+    out = _header(runs, setting)
     for run, why in zip(runs, problems):
         if why:
             out += [
@@ -225,6 +217,22 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _header(runs: list[Run], setting: str) -> list[str]:
+    """The title (the evaluations compared; RUN@SETTING rows name their own) and what was measured how."""
+    base = runs[0].result(setting)
+    shown = dict.fromkeys(run.setting or setting for run in runs)
+    return [
+        f"# Comparing {len(runs)} runs on " + ", ".join(f"`{name}`" for name in shown),
+        "",
+        f"Baseline: `{runs[0].path}`. {base['sentences']} sentences, references sha256 "
+        f"`{base['refs_sha256'][:12]}`, beam {base['beam']}, length penalty {base['length_penalty']}. "
+        f"p: sacreBLEU paired bootstrap resampling ({BOOTSTRAP_SAMPLES} resamples) against the baseline; "
+        f"* = p < {P_THRESHOLD}; ± = half-width of the run's bootstrap 95% confidence interval. "
+        "★ = best BLEU.",
+        "",
+    ]
 
 
 def _verdicts(base: Run, others: list[Run], tests: dict[str, dict]) -> list[str]:

@@ -84,6 +84,7 @@ def test_one_run_compares_two_of_its_evaluations(two_runs, tmp_path, capsys):
         f"{card['test']['bleu']:.2f}",
         f"{card['test-last']['bleu']:.2f}",
     ]
+    assert text.startswith("# Comparing 2 runs on `test`, `test-last`\n")
     assert "- `ls01@test-last` vs `ls01`: BLEU " in text and text.count("](r-curves.png)") == 1
     with pytest.raises(ConfigError, match="the same run directory is given twice"):
         load_runs([f"{run}@test-last", f"{run}@test-last"])
