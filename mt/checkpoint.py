@@ -162,6 +162,15 @@ def write_average(run_dir: Path, last: int) -> Path:
     return run_dir / "averaged.pt"
 
 
+def is_torch_zip(path: Path) -> bool:
+    """Whether the file starts as torch.save's zip archive does (the only format mt writes)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError:  # a folder, unreadable
+        return False
+
+
 def load_checkpoint(path: str | Path) -> dict:
     """Load with weights_only=True: a pickle that names any code (a crafted file) is refused unrun."""
     path = Path(path)
@@ -169,6 +178,9 @@ def load_checkpoint(path: str | Path) -> dict:
         raise RunDirError(
             f"{path}: no checkpoint; train first with `mt train CONFIG --run-dir {path.parent}`"
         )
+    damaged = RunDirError(f"{path}: damaged or not a checkpoint; delete it or train again")
+    if not is_torch_zip(path):  # else torch's legacy reader decides, and its error differs by version
+        raise damaged
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -176,8 +188,8 @@ def load_checkpoint(path: str | Path) -> dict:
             f"{path}: refused: it holds objects other than tensors and plain data, which could "
             f"run code; only load checkpoints written by mt"
         ) from None
-    except Exception:  # noqa: BLE001 - truncated, damaged, a folder, or not a torch file at all
-        raise RunDirError(f"{path}: damaged or not a checkpoint; delete it or train again") from None
+    except Exception:  # noqa: BLE001 - truncated or damaged inside
+        raise damaged from None
     found = problem(Checkpoint, ckpt)  # its metadata: every key mt reads, of the kind mt writes
     if found:
         raise RunDirError(f"{path}: damaged or not an mt checkpoint ({found}); delete it or train again")

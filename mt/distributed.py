@@ -84,9 +84,9 @@ def autocast(device: torch.device, precision: str):
 
 
 def set_precision(device: torch.device, precision: str) -> None:
-    """TF32 matmuls and convolutions on CUDA only when asked for (fp32 means fp32); a precision this
-    device only emulates is said once. torch >= 2.9 sets TF32 through fp32_precision, older torch
-    through allow_tf32: the two must not be mixed."""
+    """TF32 matmuls and convolutions on CUDA only when asked for (fp32 means fp32), and attention without
+    cuDNN's kernels; a precision this device only emulates is said once. torch >= 2.9 sets TF32 through
+    fp32_precision, older torch through allow_tf32: the two must not be mixed."""
     if precision not in native_precisions(device):
         log.warning(
             "train.precision %s is not native on this %s (native: %s): it runs far slower than fp32",
@@ -96,6 +96,9 @@ def set_precision(device: torch.device, precision: str) -> None:
         )
     if device.type != "cuda":
         return
+    # cuDNN's attention (bf16/fp16) builds a plan for each new batch shape on the host: on an H100 it
+    # made bf16 training 8x slower than flash/efficient attention (scripts/bench_train.py, docs/gpu)
+    torch.backends.cuda.enable_cudnn_sdp(False)
     if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
         mode = "tf32" if precision == "tf32" else "ieee"
         torch.backends.cuda.matmul.fp32_precision = torch.backends.cudnn.conv.fp32_precision = mode

@@ -6,6 +6,11 @@ Prints the precisions the device runs natively, then one JSON line per precision
 tokens/s over `--steps` updates after `--warmup` untimed ones, on the same batches (and on CUDA the
 peak memory; fp16 with its grad scaler, as `mt train`). Compare ratios from one run; absolute numbers drift
 with whatever else the machine is doing.
+
+On CUDA two more variants, each a row of its own: `--cudnn-attention on` (SDPA may then pick
+cuDNN's attention in bf16/fp16, which plans each new shape on the host; `mt train` turns it off) and
+`--compile` (torch.compile of the model with dynamic shapes; its compile time lands in the untimed
+warmup, which it lengthens to 10 updates).
 """
 
 from __future__ import annotations
@@ -25,19 +30,33 @@ from mt.model import Seq2Seq
 from mt.step import inverse_sqrt_lr, train_step
 
 
-def measure(cfg, batches, vocab_size: int, precision: str, warmup: int, device: torch.device) -> dict:
+def measure(
+    cfg,
+    batches,
+    vocab_size: int,
+    precision: str,
+    warmup: int,
+    device: torch.device,
+    compiled: bool = False,
+    cudnn_attention: bool = False,
+) -> dict:
     torch.manual_seed(cfg.train.seed)
     model = Seq2Seq(cfg.model, vocab_size).to(device).train()
+    if compiled:
+        model = torch.compile(model, dynamic=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
     scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
     train_cfg = replace(cfg.train, precision=precision)
-    set_precision(device, precision)
+    set_precision(device, precision)  # as `mt train`: cuDNN's attention off ...
+    if device.type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(cudnn_attention)  # ... unless asked for, to compare
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    tokens, start = 0, 0.0
+    tokens, start, first = 0, 0.0, time.perf_counter()
     for i, batch in enumerate(batches):
         if i == warmup:
             tokens, start = 0, time.perf_counter()
+            warmup_seconds = start - first
         lr = inverse_sqrt_lr(i + 1, cfg.train.lr, cfg.train.warmup_steps)
         # the update `mt train` makes; its one host sync per update ends the step's GPU work too
         stats = train_step(model, optimizer, [batch], train_cfg, lr, scaler=scaler, device=device)
@@ -51,7 +70,10 @@ def measure(cfg, batches, vocab_size: int, precision: str, warmup: int, device: 
     )
     return {
         "precision": precision,
+        "compile": compiled,
+        "cudnn_attention": device.type == "cuda" and torch.backends.cuda.cudnn_sdp_enabled(),
         "steps": len(batches) - warmup,
+        "warmup_seconds": round(warmup_seconds, 1),
         "seconds": round(seconds, 2),
         "tokens_per_s": round(tokens / seconds, 1),
         "last_loss_per_token": round(stats.loss / stats.target_tokens, 4),
@@ -84,7 +106,13 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--set", action="append", default=[])
+    parser.add_argument(
+        "--cudnn-attention", choices=["on", "off"], default="off", help="CUDA: let SDPA use cuDNN (mt: off)"
+    )
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (dynamic shapes)")
     args = parser.parse_args()
+    if args.compile:
+        args.warmup = max(args.warmup, 10)
     cfg = load_config(args.config, args.set)
     device = resolve_device(args.device)
     print(json.dumps({"device": str(device), "native_precisions": native_precisions(device)}), flush=True)
@@ -96,7 +124,16 @@ def main() -> None:
     )  # eos/bos
     batches = [train_pairs.batch(plan.rows(j)) for j in range(min(args.steps + args.warmup, len(plan)))]
     for precision in args.precisions:
-        result = measure(cfg, batches, tokenizer.vocab_size, precision, args.warmup, device)
+        result = measure(
+            cfg,
+            batches,
+            tokenizer.vocab_size,
+            precision,
+            args.warmup,
+            device,
+            args.compile,
+            args.cudnn_attention == "on",
+        )
         print(
             json.dumps(
                 {

@@ -10,9 +10,10 @@ Parts (a part that fails is recorded with its error, and the next one runs):
   env        GPU, driver, torch, CUDA and cuDNN versions; the precisions the device runs natively
   gpu-tests  `pytest -m gpu`, pass/fail per test
   bench      scripts/bench_train.py for each config x precision: tokens/s, seconds per epoch, peak memory,
-             the fraction of step time the GPU is busy
-  train      `mt train` of the first config for a share of --minutes, `mt evaluate` on test (greedy and
-             beam 5), scripts/bench_decode.py (sentences/s greedy and beam 5)
+             the fraction of step time the GPU is busy; on CUDA also the GPU config with cuDNN's
+             attention allowed (mt turns it off), and compiled
+  train      `mt train` of --train-config (configs/multi30k-gpu.yaml) for a share of --minutes, `mt evaluate`
+             on test (greedy and beam 5), scripts/bench_decode.py (sentences/s greedy and beam 5)
   resume     a run stopped halfway and resumed against one trained straight (losses); greedy outputs
              of the trained model on the CPU against the device
   cpu-suite  the CPU test suite with CUDA hidden, on this machine's own torch
@@ -40,7 +41,8 @@ from mt.toy import TINY_MODEL  # noqa: E402 - after the path; mt.toy imports no 
 
 PARTS = ["env", "gpu-tests", "bench", "train", "resume", "cpu-suite"]
 PRECISIONS = ["fp32", "tf32", "bf16", "fp16"]
-CONFIGS = ["configs/multi30k.yaml", "configs/multi30k-gpu.yaml"]
+CONFIGS = ["configs/multi30k.yaml", "configs/multi30k-gpu.yaml", "configs/multi30k-best.yaml"]
+GPU_CONFIG = "configs/multi30k-gpu.yaml"
 TINY_CONFIG = "configs/toy.yaml"
 TINY = TINY_MODEL + ["train.log_every=2", "train.valid_every=10"]
 
@@ -54,13 +56,24 @@ class Kit:
         path = self.out / "report.json"
         self.report = json.loads(path.read_text()) if path.exists() else {"parts": {}, "commands": []}
         self.configs = [TINY_CONFIG] if args.tiny else CONFIGS
+        self.train_config = TINY_CONFIG if args.tiny else args.train_config
         self.sets = (TINY if args.tiny else []) + [f"train.device={args.device}"] + args.set
 
-    def run(self, cmd: list[str], seconds: float, env: dict | None = None) -> subprocess.CompletedProcess:
-        """A command from the repository root (mt importable), its line and wall time recorded."""
+    def run(
+        self, cmd: list[str], seconds: float, env: dict | None = None, log: Path | None = None
+    ) -> subprocess.CompletedProcess:
+        """A command from the repository root (mt importable), its line and wall time recorded; with `log`,
+        its output goes there as it comes, so that a command cut by its timeout leaves what it printed."""
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})}
         start = time.perf_counter()
-        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=seconds)
+        if log is None:
+            done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=seconds)
+        else:
+            with open(log, "w") as out:
+                done = subprocess.run(
+                    cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True, timeout=seconds
+                )
+            done.stdout, done.stderr = log.read_text(), ""
         self.report["commands"].append(
             {"cmd": " ".join(cmd), "rc": done.returncode, "seconds": round(time.perf_counter() - start, 1)}
         )
@@ -134,9 +147,10 @@ def junit_outcomes(path: Path) -> dict[str, str]:
 
 def pytest_part(kit: Kit, selection: list[str], name: str, seconds: float, env: dict | None = None) -> dict:
     xml = kit.out / f"{name}.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *selection]
+    cmd = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", f"--junitxml={xml}"]
+    cmd += ["--durations=10"]  # -v and the log: each test's name and outcome as it ends
     try:
-        kit.run(cmd, seconds, env)
+        kit.run(cmd + selection, seconds, env, log=kit.out / f"{name}.log")
     except RuntimeError:  # failures are in the XML; a run that wrote none is the error itself
         if not xml.exists():
             raise
@@ -152,45 +166,42 @@ def part_gpu_tests(kit: Kit) -> dict:
 
 
 def part_cpu_suite(kit: Kit) -> dict:
-    """The suite as CI runs it, on this machine's torch, with CUDA hidden (version skew shows here)."""
-    return pytest_part(kit, ["-m", "not gpu"], "cpu-suite", 540, env={"CUDA_VISIBLE_DEVICES": ""})
+    """The suite as CI runs it, on this machine's torch, with CUDA hidden (version skew shows here), and
+    with CI's 2 threads (the suite's tiny models gain nothing from more: with torch's default of 16 on
+    the H100 machine, 57% of the suite ran in 440 s, where CI's 2 cores run all of it in about 5 minutes)."""
+    env = {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "2"}
+    return pytest_part(kit, ["-m", "not gpu"], "cpu-suite", 540, env=env)
+
+
+def bench_rows(kit: Kit, config: str, precisions: list[str], *variant: str) -> list[dict]:
+    """scripts/bench_train.py's rows for one config, precisions and variant flags."""
+    cmd = [sys.executable, "scripts/bench_train.py", config, "--steps", str(kit.args.bench_steps)]
+    cmd += ["--device", kit.args.device, "--precisions", *precisions, *variant]
+    cmd += set_flags(s for s in kit.sets if not s.startswith("train.device="))
+    return [row for row in json_lines(kit.run(cmd, 600).stdout) if "precision" in row]
 
 
 def part_bench(kit: Kit) -> dict:
+    """Every config in every precision the device has; on CUDA also the GPU config with cuDNN's
+    attention allowed, and compiled."""
     from mt.distributed import resolve_device
 
-    on_cpu = resolve_device(kit.args.device).type == "cpu"
-    precisions = [
-        p for p in PRECISIONS if not (on_cpu and p in ("tf32", "fp16"))
-    ]  # CUDA-only: refused on CPUs
-    rows = []
-    for config in kit.configs:
-        done = kit.run(
-            [
-                sys.executable,
-                "scripts/bench_train.py",
-                config,
-                "--steps",
-                str(kit.args.bench_steps),
-                "--device",
-                kit.args.device,
-                "--precisions",
-                *precisions,
-                *set_flags(s for s in kit.sets if not s.startswith("train.device=")),
-            ],
-            600,
-        )
-        rows += [row for row in json_lines(done.stdout) if "precision" in row]
+    on_cuda = resolve_device(kit.args.device).type == "cuda"
+    precisions = [p for p in PRECISIONS if on_cuda or p not in ("tf32", "fp16")]  # CUDA-only: refused on CPUs
+    rows = [row for config in kit.configs for row in bench_rows(kit, config, precisions)]
+    if on_cuda:
+        rows += bench_rows(kit, GPU_CONFIG, ["bf16", "fp16"], "--cudnn-attention", "on")
+        rows += bench_rows(kit, GPU_CONFIG, ["fp32", "bf16"], "--compile")
     return {"rows": rows}
 
 
 def part_train(kit: Kit) -> dict:
-    """Train the first config for a share of the budget, then score and time decoding of its test set."""
+    """Train --train-config for a share of the budget, then score and time decoding of its test set."""
     run, minutes = kit.out / "runs" / "train", max(0.2, 0.4 * kit.args.minutes)
     sets = kit.sets + [f"train.max_minutes={minutes}"]
     kit.mt(
         "train",
-        kit.configs[0],
+        kit.train_config,
         "--run-dir",
         str(run),
         *set_flags(sets),
@@ -198,7 +209,7 @@ def part_train(kit: Kit) -> dict:
     )
     card = read_card(run)  # checked, as mt report reads it
     found = {
-        "config": kit.configs[0],
+        "config": kit.train_config,
         "minutes": minutes,
         "steps": card["training"]["steps"],
         "epochs": card["training"]["epochs"],
@@ -307,11 +318,13 @@ def markdown(report: dict) -> str:
         found = part["result"]
         if name == "bench":
             out += [
-                "| config | precision | tokens/s | s/epoch | peak GiB | GPU busy | last loss |",
-                "|---|---|---|---|---|---|---|",
+                "| config | precision | cuDNN attention | compiled | warmup s | tokens/s | s/epoch "
+                "| peak GiB | GPU busy | last loss |",
+                "|---|---|---|---|---|---|---|---|---|---|",
             ]
             out += [
-                f"| {r['config']} | {r['precision']} | {r['tokens_per_s']} | {r['seconds_per_epoch']} | "
+                f"| {r['config']} | {r['precision']} | {r['cudnn_attention']} | {r['compile']} | "
+                f"{r['warmup_seconds']} | {r['tokens_per_s']} | {r['seconds_per_epoch']} | "
                 f"{r['peak_gpu_gib']} | {r['gpu_busy']} | {r['last_loss_per_token']} |"
                 for r in found["rows"]
             ]
@@ -336,6 +349,7 @@ def main() -> int:
     parser.add_argument("--parts", nargs="+", default=PARTS, choices=PARTS)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--minutes", type=float, default=5.0, help="the train part gets 40%% of it")
+    parser.add_argument("--train-config", default=GPU_CONFIG, help="what the train part trains")
     parser.add_argument("--bench-steps", type=int, default=30)
     parser.add_argument("--tiny", action="store_true", help="the toy corpus and a tiny model (a CPU check)")
     parser.add_argument("--set", action="append", default=[], help="key.path=value for every config")

@@ -161,16 +161,20 @@ def test_bf16_on_a_cpu_without_it_is_said_once(monkeypatch, caplog):
 
 def test_tf32_only_when_asked_for_through_one_api(monkeypatch):
     """On CUDA: tf32 turns TF32 on for matmuls and convolutions, every other precision turns it off,
-    through fp32_precision where torch has it (never mixed with the legacy allow_tf32 flags)."""
+    through fp32_precision where torch has it (never mixed with the legacy allow_tf32 flags); cuDNN's
+    attention is turned off."""
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     cuda = torch.device("cuda", 0)
     matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
     before = matmul.fp32_precision, conv.fp32_precision
     try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
         distributed.set_precision(cuda, "tf32")
+        assert not torch.backends.cuda.cudnn_sdp_enabled()  # its per-shape plans made bf16 8x slower
         assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", "tf32")
         for precision in ("fp32", "bf16", "fp16"):
             distributed.set_precision(cuda, precision)
             assert (matmul.fp32_precision, conv.fp32_precision) == ("ieee", "ieee")
     finally:
         matmul.fp32_precision, conv.fp32_precision = before
+        torch.backends.cuda.enable_cudnn_sdp(True)
