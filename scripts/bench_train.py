@@ -50,7 +50,6 @@ def measure(
     set_precision(device, precision)  # as `mt train`: cuDNN's attention off ...
     if device.type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(cudnn_attention)  # ... unless asked for, to compare
-    if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     tokens, start, first = 0, 0.0, time.perf_counter()
     for i, batch in enumerate(batches):
