@@ -9,18 +9,9 @@ import dataclasses
 import difflib
 
 from mt import __version__
-from mt.config import QUANTIZATIONS, ServeLimits
-from mt.options import COMPUTE_TYPES
-
-LIMIT_HELP = {
-    "max_request_bytes": "request body size",
-    "max_lines": "lines per request",
-    "max_line_chars": "characters per line",
-    "max_beam": "largest beam a request may ask for",
-    "max_queue": "requests waiting for the decoding thread",
-    "max_batch_lines": "lines the decoding thread merges into one call",
-    "max_wait_ms": "how long it waits for another request once the queue is empty (10x at most in all)",
-}
+from mt.decode_config import QUANTIZATIONS, DecodeConfig
+from mt.schema import fields_of
+from mt.serving.limits import ServeLimits
 
 
 def _serve_options(p: argparse.ArgumentParser) -> None:
@@ -35,7 +26,7 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
             type=_at_least(0, type(f.default)),
             default=f.default,
             metavar="N",
-            help=LIMIT_HELP[f.name],
+            help=f.metadata["help"],
         )
 
 
@@ -59,8 +50,11 @@ def _at_least(lo: float, kind: type = int):
     return parse
 
 
-def _run_options(p: argparse.ArgumentParser, decoding: bool = True, n_best: bool = False) -> None:
-    """--run, --checkpoint, --device and the decoding flags, shared by the commands that load a run."""
+def _run_options(
+    p: argparse.ArgumentParser, decoding: tuple[str, ...] | None = None, skip=("n_best",)
+) -> None:
+    """--run, --checkpoint, --device and the decoding flags (`decoding`: only those; () for none),
+    shared by the commands that load a run."""
     p.add_argument("--run", help="run directory (required)")
     p.add_argument(
         "--checkpoint",
@@ -71,33 +65,27 @@ def _run_options(p: argparse.ArgumentParser, decoding: bool = True, n_best: bool
     p.add_argument(
         "--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: a GPU if one is visible"
     )
-    if not decoding:
-        return
+    if decoding != ():
+        _decoding_options(p, decoding, skip)
+
+
+def _decoding_options(
+    p: argparse.ArgumentParser, only: tuple[str, ...] | None, skip: tuple[str, ...]
+) -> None:
+    """A flag for each DecodeConfig field (--n-best for n_best), typed, bounded and explained by the
+    field itself; its dest is the field's name, and its default None keeps the run's value."""
     group = p.add_argument_group("decoding (defaults: the run's decode config)")
-    group.add_argument("--beam", type=_at_least(1), help="beam size; 1 = greedy")
-    if n_best:
-        group.add_argument(
-            "--n-best",
-            type=_at_least(1),
-            help="hypotheses per line, Moses format (<= beam; with --sample: draws per line)",
-        )
-    group.add_argument(
-        "--length-penalty", type=_at_least(0.0, float), help="GNMT alpha; 0 = raw log-probability"
-    )
-    group.add_argument("--batch-tokens", type=_at_least(16), help="source tokens per decoding batch")
-    group.add_argument(
-        "--engine", choices=["torch", "ctranslate2"], help="ctranslate2: the run's `mt export` (DIR/ct2)"
-    )
-    group.add_argument(
-        "--compute-type", choices=COMPUTE_TYPES, help="ctranslate2's weights and arithmetic, e.g. int8"
-    )
-    group.add_argument(
-        "--sample", metavar="topk:K|topp:P", help="draw each token instead of searching (beam 1)"
-    )
-    group.add_argument("--temperature", type=_at_least(0.0, float), help="sampling temperature (> 0)")
-    group.add_argument(
-        "--seed", type=int, help="sampling seed: a line's draws depend on it and the line only"
-    )
+    for name, (field, kind) in fields_of(DecodeConfig).items():
+        if name in skip or (only is not None and name not in only):
+            continue
+        meta = field.metadata
+        if "choices" in meta:
+            typed = {"choices": meta["choices"]}
+        elif meta.get("lo") is not None:  # an open bound (temperature > 0) is DecodeConfig's to check
+            typed = {"type": _at_least(meta["lo"], kind)}
+        else:
+            typed = {"type": kind, "metavar": meta.get("metavar")}
+        group.add_argument("--" + name.replace("_", "-"), help=meta["help"], **typed)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -136,7 +124,7 @@ def _train_options(p: argparse.ArgumentParser) -> None:
 
 
 def _translate_options(p: argparse.ArgumentParser) -> None:
-    _run_options(p, n_best=True)
+    _run_options(p, skip=())
     p.add_argument("--input", help="input file (default: stdin)")
     p.add_argument("--output", help="output file (default: stdout)")
     p.add_argument(
@@ -152,18 +140,12 @@ def _translate_options(p: argparse.ArgumentParser) -> None:
 
 
 def _score_options(p: argparse.ArgumentParser) -> None:
-    _run_options(p, decoding=False)
+    _run_options(p, decoding=("length_penalty", "batch_tokens"))  # the score column's alpha
     p.add_argument("--src", required=True, help="source lines")
     p.add_argument("--ref", required=True, help="their translations, line by line")
     p.add_argument(
         "--output", help="output file (default: stdout): sum, GNMT score, then each piece's; tab-separated"
     )
-    p.add_argument(
-        "--length-penalty",
-        type=_at_least(0.0, float),
-        help="GNMT alpha of the score column (default: the run's)",
-    )
-    p.add_argument("--batch-tokens", type=_at_least(16), help="tokens per batch (default: the run's)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -194,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", help="run directory (required)")
     p.add_argument("--last", type=_at_least(1), default=5, help="how many of the newest ckpt-*.pt to average")
     p = command("export", "write a checkpoint as a CTranslate2 model directory, for --engine ctranslate2")
-    _run_options(p, decoding=False)
+    _run_options(p, decoding=())
     p.add_argument("--quantization", default="none", choices=QUANTIZATIONS, help="the weights' stored type")
     p.add_argument("--out", help="model directory (default: RUN/ct2, which --engine ctranslate2 reads)")
     p = command(
@@ -205,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     _ensemble_option(p, "serve")
     p = command("attention", "plot cross-attention of the greedy translation of one sentence")
     p.add_argument("sentence")
-    _run_options(p, decoding=False)
+    _run_options(p, decoding=())
     p.add_argument("--out", help="PNG file (default: RUN/attention.png)")
     p.add_argument(
         "--per-head", action="store_true", help="one panel per head instead of the mean over heads"

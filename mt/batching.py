@@ -6,6 +6,8 @@ Pairs are grouped by length: sorted by (longer side, source, target) lengths wit
 into batches whose cost, sentences x longest side (padding included, as fairseq's --max-tokens),
 stays <= max_tokens unless one pair alone exceeds it. Training breaks length ties and orders the
 batches by seeded draws, new every epoch; validation and translation keep the input order for ties.
+
+Masks (the convention everywhere in mt): boolean, True = real token / may attend.
 """
 
 from __future__ import annotations

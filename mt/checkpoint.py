@@ -7,7 +7,7 @@
 
 A checkpoint holds only tensors, numbers, strings and lists/dicts of them, so it loads with
 `torch.load(weights_only=True)`, and it is replaced atomically (mt.files), so a crash never leaves a
-half-written one. Loading checks what it reads and turns every damage into a one-line ConfigError.
+half-written one. Loading checks what it reads and turns every damage into a one-line RunDirError.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""`mt train | translate | evaluate | report | average | attention | serve`: the command line, the only
-module that knows every other one. It imports torch only inside the commands, so `mt --help` and
-`mt --version` are quick.
+"""`mt train | translate | evaluate | score | report | average | export | serve | attention`: the
+command line (its grammar is mt.arguments'). Every command that uses a trained run opens it with the
+Python API (mt.translator's `Translator`). It imports torch only inside the commands, so `mt --help`
+and `mt --version` are quick.
 
 User-fixable problems (mt.errors' UserError: config, data, run directory, server) print one line and
 exit with code 2; `--debug` shows the traceback instead. Every command that writes a file says where.
@@ -17,8 +18,9 @@ import sys
 from pathlib import Path
 
 from mt.arguments import build_parser, one_line, parse
-from mt.config import ServeLimits, load_config
-from mt.options import COMMAND_LINE, DecodeConfig, decoding
+from mt.config import load_config
+from mt.serving.limits import ServeLimits
+from mt.decode_config import COMMAND_LINE, DecodeConfig
 from mt.errors import ConfigError, DataError, RunDirError, UserError
 from mt.files import write_failure, write_text
 
@@ -78,15 +80,15 @@ def _decoding_flags(args: argparse.Namespace) -> dict:
     return {key: value for key, value in given.items() if value is not None}
 
 
-def _decoding(decode: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
-    """The run's decode config with the decoding flags given on the command line; a conflict is named
-    in the flags' terms."""
-    return decoding(decode, _decoding_flags(args), COMMAND_LINE)
+def _open(args: argparse.Namespace, **more):
+    """The run that --run and --checkpoint name, opened on --device with the decoding flags given (a
+    conflict is named in the flags' terms): the one way a command opens a trained run."""
+    from mt.translator import Translator
 
-
-def _flag_overrides(args: argparse.Namespace) -> list[str]:
-    """The decoding flags given, as overrides of the run's decode config (argparse checked each)."""
-    return [f"decode.{k}={v}" for k, v in _decoding_flags(args).items()]
+    options = {**_decoding_flags(args), **more}
+    return Translator.from_run(
+        args.run, args.checkpoint, device=args.device, spelling=COMMAND_LINE, **options
+    )
 
 
 def _read_input(path: str | None) -> list[str]:
@@ -139,20 +141,11 @@ def _write_stdout(text: str) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    from mt.attention import line_alignments
-    from mt.distributed import resolve_device
-    from mt.lineage import ensemble_of
-    from mt.rundir import decoding_model, load_run
-    from mt.translate import translate_nbest
-
     _setup_logging()
     # an input file is read before the model loads (a wrong path fails fast); stdin after (a bad run
     # directory is reported before waiting on a terminal)
     lines = _read_input(args.input) if args.input else None
-    cfg, tokenizer, first = load_run(args.run, args.checkpoint)
-    decode, device = _decoding(cfg.decode, args), resolve_device(args.device)
-    model = ensemble_of(args.run, args.ensemble or [], args.checkpoint, tokenizer, first, decode)
-    model = decoding_model(args.run, decode, tokenizer, model, device)
+    translator = _open(args, ensemble=args.ensemble or [])
     lines = lines if lines is not None else _read_input(None)
     prefixes = _read_input(args.prefix_file) if args.prefix_file else None
     if prefixes is not None and len(prefixes) != len(lines):
@@ -160,16 +153,14 @@ def cmd_translate(args: argparse.Namespace) -> None:
             f"{args.prefix_file} has {len(prefixes)} lines but the input has {len(lines)}; "
             f"give one prefix per input line (an empty line for none)"
         )
-    found = translate_nbest(
-        model, tokenizer, lines, decode, device, max_source_pieces=cfg.data.max_len, prefixes=prefixes
-    )
-    if decode.n_best == 1:
+    found = translator.nbest(lines, prefixes)
+    if translator.decode.n_best == 1:
         out = [hyps[0][0] for hyps in found]
     else:  # Moses n-best format: input line index ||| translation ||| score
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, hyps in enumerate(found) for text, score in hyps]
     text = "".join(line + "\n" for line in out)
     if args.alignments:  # the torch model's attention (an ensemble's first), whatever the engine
-        aligned = line_alignments(first.to(device), tokenizer, lines, [hyps[0][0] for hyps in found])
+        aligned = translator.align(lines, [hyps[0][0] for hyps in found])
         write_text(args.alignments, "".join(line + "\n" for line in aligned))
         print(f"wrote {args.alignments} ({len(aligned)} lines)", file=sys.stderr)
     if args.output:
@@ -183,15 +174,10 @@ def cmd_score(args: argparse.Namespace) -> None:
     """Each pair's log-probability: sum, GNMT score (eos counted, as n-best lists), then one per piece
     and eos; tab-separated, one line per input pair."""
     from mt.data import read_parallel
-    from mt.distributed import resolve_device
-    from mt.rundir import load_run
-    from mt.translate import score_lines
 
     _setup_logging()
     src, ref = read_parallel(Path(args.src), Path(args.ref))
-    cfg, tokenizer, model = load_run(args.run, args.checkpoint)
-    decode, device = _decoding(cfg.decode, args), resolve_device(args.device)
-    scored = score_lines(model.to(device), tokenizer, src, ref, decode, device)
+    scored = _open(args, engine="torch").score(src, ref)
     text = "".join(
         f"{s.logprob:.4f}\t{s.score:.4f}\t{' '.join(f'{lp:.4f}' for lp in s.token_logprobs)}\n"
         for s in scored
@@ -205,22 +191,21 @@ def cmd_score(args: argparse.Namespace) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from mt.evaluate import evaluate_run
+    from mt.metrics import HEADLINE, METRICS
 
     _setup_logging()
     if (args.src is None) != (args.ref is None):
         raise ConfigError("--src and --ref go together: a source file and its reference translation")
     files = (args.src, args.ref) if args.src else None
-    result = evaluate_run(
-        args.run, args.split, args.device, _flag_overrides(args), args.checkpoint, files, args.ensemble or []
-    )
+    result = evaluate_run(_open(args, ensemble=args.ensemble or []), args.split, files)
+    scores = "  ".join(f"{m.label} {result[m.key]:.2f}" for m in HEADLINE)
     print(
-        f"{result['split']}: BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  ({result['sentences']} "
-        f"sentences, beam {result['beam']}, length penalty {result['length_penalty']}, "
-        f"{result['checkpoint']})"
+        f"{result['split']}: {scores}  ({result['sentences']} sentences, beam {result['beam']}, length "
+        f"penalty {result['length_penalty']}, {result['checkpoint']})"
     )
-    print(f"  {result['bleu_signature']}")
-    print(f"  {result['chrf_signature']}")
-    print(f"  lower-cased BLEU {result['bleu_lc']:.2f}: {result['bleu_lc_signature']}")
+    for m in METRICS:  # the headline scores are on the first line
+        score = "" if m.headline else f"{m.label} {result[m.key]:.2f} ({m.note}): "
+        print(f"  {score}{result[f'{m.key}_signature']}")
     print(f"wrote {', '.join(result['written'])}", file=sys.stderr)
 
 
@@ -246,21 +231,16 @@ def cmd_average(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from mt.rundir import export_run
-
     _setup_logging()
-    print(f"wrote {export_run(args.run, args.checkpoint, args.quantization, args.out)}")
+    args.device = "cpu"  # CTranslate2 takes the weights from host memory
+    print(f"wrote {_open(args, engine='torch').export(args.quantization, args.out)}")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
-    from mt.distributed import resolve_device
-    from mt.attention import attention_for, plot_attention
-    from mt.rundir import load_run
+    from mt.attention import plot_attention
 
     _setup_logging()
-    cfg, tokenizer, model = load_run(args.run, args.checkpoint)
-    device = resolve_device(args.device)
-    found = attention_for(model.to(device), tokenizer, args.sentence, cfg.decode, device)
+    found = _open(args, engine="torch").attention([args.sentence], beam=1, n_best=1)[0]
     out = Path(args.out or Path(args.run) / "attention.png")
     try:
         plot_attention(found.source, found.predicted, found.cross, out, per_head=args.per_head)
@@ -271,10 +251,8 @@ def cmd_attention(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from mt.distributed import resolve_device
-
     try:
-        from mt.serve import serve
+        from mt.serving.app import check_port, serve
     except ImportError as e:
         raise ConfigError(
             f"mt serve needs FastAPI and uvicorn ({e.name} is missing): pip install -e '.[serve]'"
@@ -282,16 +260,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     _setup_logging()
     limits = ServeLimits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeLimits)})
-    serve(
-        Path(args.run),
-        args.checkpoint,
-        args.host,
-        args.port,
-        resolve_device(args.device),
-        limits,
-        _flag_overrides(args),
-        args.ensemble or [],
-    )
+    check_port(args.host, args.port)  # before the model loads
+    translator = _open(args, ensemble=args.ensemble or [], whole_files=False)
+    serve(translator, args.host, args.port, limits)
 
 
 def _exit_code(e: Exception) -> int | None:

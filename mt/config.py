@@ -17,7 +17,7 @@ import yaml
 
 from mt.errors import ConfigError
 from mt.files import write_text
-from mt.options import COMPUTE_TYPES, DecodeConfig, decoding
+from mt.decode_config import DecodeConfig, decoding
 from mt.schema import Mismatch, build, choice, within
 
 
@@ -62,9 +62,8 @@ class ModelConfig:
 class TrainConfig:
     lr: float = within(1e-3, 0.0, lo_open=True)  # peak learning rate, reached after warmup
     warmup_steps: int = within(400, 1)
-    schedule: str = choice(
-        "inverse_sqrt", "inverse_sqrt", "linear"
-    )  # after warmup; linear: to 0 at the budget's end
+    # after warmup; linear: to 0 at the budget's end
+    schedule: str = choice("inverse_sqrt", "inverse_sqrt", "linear")
     max_tokens: int = within(4096, 16)  # per batch: sentences x longest side, padding included
     max_steps: int = within(100_000, 1)
     max_minutes: float = within(0.0, 0.0)  # wall-clock budget for the loop; 0 = none
@@ -73,13 +72,12 @@ class TrainConfig:
     device: str = choice("auto", "auto", "cpu", "cuda")
     dist_backend: str = choice(
         "auto", "auto", "nccl", "gloo"
-    )  # under torchrun; auto = nccl on GPUs, else gloo
+    )  # under torchrun; auto: nccl on GPUs, else gloo
     clip_norm: float = within(1.0, 0.0)  # 0 = no clipping
     accumulate: int = within(1, 1)  # batches per optimizer step
     patience: int = within(0, 0)  # validations without a best_metric gain before stopping; 0 = off
-    best_metric: str = choice(
-        "bleu", "bleu", "loss"
-    )  # what best.pt and patience follow: val BLEU up or val loss down
+    # what best.pt and patience follow: val BLEU up or val loss down
+    best_metric: str = choice("bleu", "bleu", "loss")
     keep_last: int = within(0, 0)  # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
     average_last: int = within(0, 0)  # at the end, write averaged.pt: the mean of the last N kept models
     valid_every: int = within(500, 1)
@@ -95,25 +93,7 @@ class TrainConfig:
     freeze: list[str] = field(default_factory=list)  # parts that keep the weights they start with: FREEZABLE
 
 
-QUANTIZATIONS = ("none", *COMPUTE_TYPES[1:])
-FREEZABLE = (
-    "embeddings",
-    "encoder",
-    "decoder",
-)  # train.freeze's parts (Seq2Seq.freeze)  # what `mt export --quantization` stores
-
-
-@dataclass(frozen=True)
-class ServeLimits:
-    """What one `mt serve` request may ask, and how its worker batches: `mt serve --max-...` flags."""
-
-    max_request_bytes: int = 1 << 20
-    max_lines: int = 256  # lines per request
-    max_line_chars: int = 4000
-    max_beam: int = 16
-    max_queue: int = 256  # requests waiting for the decoding thread; one more gets 503
-    max_batch_lines: int = 2048  # lines the worker merges into one decoding call
-    max_wait_ms: float = 5.0  # how long it waits for another request once the queue is empty (10x in all)
+FREEZABLE = ("embeddings", "encoder", "decoder")  # train.freeze's parts (Seq2Seq.freeze)
 
 
 @dataclass(frozen=True)
@@ -175,10 +155,8 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"data.{key}: {lang!r} is not a file suffix like 'de'")
     if cfg.data.src_lang == cfg.data.tgt_lang:
         raise ConfigError(f"data.src_lang and data.tgt_lang are both {cfg.data.src_lang!r}")
-    if cfg.train.precision in ("fp16", "tf32") and cfg.train.device == "cpu":
-        raise ConfigError(
-            f"train.precision: {cfg.train.precision} needs a CUDA device; use bf16 or fp32 on CPU"
-        )
+    if cfg.train.device == "cpu":  # auto is checked once the device is known (mt.session)
+        check_precision(cfg.train.precision, "cpu")
     decoding(DecodeConfig(), dataclasses.asdict(cfg.decode))  # n_best <= beam, in the config's terms
     _check_lineage(cfg.train, cfg.tokenizer)
     if cfg.data.max_len + 2 > m.max_positions:
@@ -188,8 +166,14 @@ def validate(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
+def check_precision(precision: str, device_type: str) -> None:
+    """fp16 and tf32 are CUDA's."""
+    if precision in ("fp16", "tf32") and device_type != "cuda":
+        raise ConfigError(f"train.precision: {precision} needs a CUDA device; use bf16 or fp32 on CPU")
+
+
 def _check_lineage(t: TrainConfig, tokenizer: TokenizerConfig) -> None:
-    """train.freeze names parts of a model that starts from another run's (mt.lineage)."""
+    """train.freeze names parts of a model that starts from another run's (mt.parent)."""
     for part in t.freeze:
         if part not in FREEZABLE:
             raise ConfigError(f"train.freeze: {part!r} is not one of {', '.join(FREEZABLE)}")

@@ -31,8 +31,16 @@ from tqdm import tqdm
 from mt.config import DataConfig, RunConfig
 from mt.errors import DataError
 from mt.batching import Pairs
-from mt.data import TextSource, count_lines, downloads_dir, source_lines, training_sources
-from mt.files import write_failure, write_text
+from mt.data import (
+    TextSource,
+    count_lines,
+    downloads_dir,
+    empty_file,
+    misaligned,
+    source_lines,
+    training_sources,
+)
+from mt.files import file_sha256, write_failure, write_text
 from mt.tokenizer import Tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -65,10 +73,7 @@ def _paired(sources: tuple[TextSource, TextSource]) -> Iterator[tuple[str, str]]
         names = [
             s if isinstance(s, Path) else f"the {side} side" for s, side in zip(sources, ("source", "target"))
         ]
-        raise DataError(
-            f"{names[0]} has {n + rest[0]} lines but {names[1]} has {n + rest[1]}; "
-            f"the two sides must be line-aligned"
-        )
+        raise misaligned(names[0], n + rest[0], names[1], n + rest[1])
 
 
 # ---- the tokenizer's sample -------------------------------------------------------------------------
@@ -82,14 +87,11 @@ def tokenizer_sample(cfg: DataConfig, limit: int, seed: int, path: Path) -> tupl
     counts = [count_lines(s) for s in sources]
     for source, n in zip(sources, counts):
         if not n:
-            raise DataError(f"{source}: file is empty")
+            raise empty_file(source)
     if counts[0] != counts[1]:
         for source in sources:  # a line that is not UTF-8 is the more precise error
             all(True for _ in source_lines(source))
-        raise DataError(
-            f"{sources[0]} has {counts[0]} lines but {sources[1]} has {counts[1]}; "
-            f"the two sides must be line-aligned"
-        )
+        raise misaligned(sources[0], counts[0], sources[1], counts[1])
     total = sum(counts)
     picked = None
     if total > limit:  # positions of the sample, sorted, walked alongside the lines
@@ -108,7 +110,7 @@ def tokenizer_sample(cfg: DataConfig, limit: int, seed: int, path: Path) -> tupl
                         wanted = next(picked, -1) if picked else 0
                     index += 1
                 if picked is None and not text:
-                    raise DataError(f"{source}: file is empty")
+                    raise empty_file(source)
     except OSError as e:  # reading errors are DataErrors (mt.data): this is the sample's write
         raise write_failure(path, e) from None
     return written, total
@@ -195,14 +197,6 @@ def _append(arrays: list[array.array], src: list[list[int]], tgt: list[list[int]
     return kept
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _problem(folder: Path, identity: list) -> str:
     """Why `folder` cannot be used ("" = it can): missing, stale (other corpus files) or damaged."""
     try:
@@ -217,7 +211,7 @@ def _problem(folder: Path, identity: list) -> str:
             if (
                 not path.is_file()
                 or path.stat().st_size != expected["bytes"]
-                or _sha256(path) != expected["sha256"]
+                or file_sha256(path) != expected["sha256"]
             ):
                 return f"{name} is damaged (size or sha256 differ from meta.json)"
         if {meta["ids_dtype"], meta["len_dtype"]} - {str(t) for t in _TYPECODE}:
@@ -250,7 +244,7 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None, vie
         dropout = (cfg.bpe_dropout, view) if view else None
         counts = binarize(sources, tokenizer, cfg.max_len, building, total, dropout)
         files = {
-            name: {"bytes": (building / name).stat().st_size, "sha256": _sha256(building / name)}
+            name: {"bytes": (building / name).stat().st_size, "sha256": file_sha256(building / name)}
             for name in _SIDES
         }
         write_text(

@@ -1,15 +1,12 @@
-"""Parallel text in, padded batches out.
-
-Owns: finding (or downloading and verifying) Multi30k, reading and normalising lines, the toy corpus
-switch, dropping over-long pairs, length-bucketed token-budget batching, and the `Batch`.
-
-Mask convention (used everywhere in mt): boolean, True = real token / may attend.
+"""Parallel text: finding (or downloading and verifying) Multi30k, a config's corpus and its splits
+(Multi30k, the generated toy corpus, or the user's `files`), and reading lines: gzip, UTF-8,
+normalised, checked to be line-aligned and non-empty, every problem a one-line DataError naming the
+file. Batches are mt.batching's; the binarized training corpus, mt.corpus's.
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import logging
 import os
@@ -22,7 +19,7 @@ from typing import Iterator, Union
 
 from mt.config import DataConfig
 from mt.errors import DataError
-from mt.files import write_bytes, write_failure
+from mt.files import file_sha256, write_bytes, write_failure
 from mt.toy import toy_corpus
 
 log = logging.getLogger(__name__)
@@ -127,22 +124,30 @@ def source_lines(source: TextSource) -> Iterator[str]:
     return iter_lines(source) if isinstance(source, Path) else iter(source)
 
 
+def empty_file(path: TextSource) -> DataError:
+    return DataError(f"{path}: file is empty")
+
+
+def misaligned(src: TextSource, src_lines: int, tgt: TextSource, tgt_lines: int) -> DataError:
+    """The one message for two sides of a parallel corpus with different line counts."""
+    return DataError(
+        f"{src} has {src_lines} lines but {tgt} has {tgt_lines}; the two sides must be line-aligned"
+    )
+
+
 def read_parallel(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     for path, lines in [(src_path, src), (tgt_path, tgt)]:
         if not any(lines):
-            raise DataError(f"{path}: file is empty")
+            raise empty_file(path)
     if len(src) != len(tgt):
-        raise DataError(
-            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
-            f"the two sides must be line-aligned"
-        )
+        raise misaligned(src_path, len(src), tgt_path, len(tgt))
     return src, tgt
 
 
 def _sha256(path: Path) -> str:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return file_sha256(path)
     except OSError as e:
         raise read_failure(path, e) from None
 

@@ -1,6 +1,7 @@
-"""Search over a trained model: batched greedy decoding and beam search, both on the KV cache.
+"""Search over a trained model: batched greedy decoding and beam search, both on the KV cache, with
+forced target prefixes; sampling (`Sampler`) and ensembles (`Ensemble`) on the same loops.
 
-Works on id tensors only; text, tokenization and batching of lines live in `evaluate`.
+Works on id tensors only; text, tokenization and batching of lines live in mt.translate.
 """
 
 from __future__ import annotations
@@ -100,6 +101,13 @@ def prefix_limits(limits: Tensor, prefix: Tensor | None, b: int, cap: int) -> Te
     return torch.maximum(limits, ((prefix != PAD).sum(1) + b).clamp(max=cap - 1))
 
 
+def output_limits(src_mask: Tensor, prefix: Tensor | None, cfg: DecodeConfig, positions: int) -> Tensor:
+    """Each sentence's output length limit (B,): a * S + b (cfg.max_len_a, cfg.max_len_b), made room
+    for its forced prefix, within the model's positions."""
+    lengths = max_output_lengths(src_mask, cfg.max_len_a, cfg.max_len_b, positions)
+    return prefix_limits(lengths, prefix, cfg.max_len_b, positions)
+
+
 class Sampler:
     """Draws each row's next token from the model's distribution at `temperature`, kept to the top k
     pieces (topk:K) or to the fewest whose probability reaches p (topp:P). Each input sentence has its
@@ -138,8 +146,7 @@ def greedy_decode(
     model: Seq2Seq | Ensemble,
     src: Tensor,
     src_mask: Tensor,
-    max_len_a: float = 1.5,
-    max_len_b: int = 10,
+    cfg: DecodeConfig = DecodeConfig(),
     use_cache: bool = True,
     prefix: Tensor | None = None,
     choose: Callable[[Tensor, Tensor], Tensor] = argmax,
@@ -151,18 +158,17 @@ def greedy_decode(
 
     Args:
         src: (B, S) ids, src_mask: (B, S) bool.
+        cfg: the length limit (max_len_a, max_len_b); the rest is `search`'s to read.
         use_cache: False re-runs the decoder over the whole prefix each step (reference/benchmark).
         prefix: (B, P) target pieces each output starts with (PAD-padded; `force_prefix`), or None.
         choose: (scores (b, V), input rows (b,)) -> next tokens (b,): argmax, or a `Sampler`.
     Returns:
         B hypotheses; score = logprob (greedy does not normalise by length).
     """
-    B, device, P = src.size(0), src.device, model.cfg.max_positions
+    B, device = src.size(0), src.device
     memory = model.encode(src, src_mask)  # (B, S, D)
     cache = model.new_cache() if use_cache else None
-    limits = prefix_limits(
-        max_output_lengths(src_mask, max_len_a, max_len_b, P), prefix, max_len_b, P
-    )  # (B,)
+    limits = output_limits(src_mask, prefix, cfg, model.cfg.max_positions)  # (B,)
     steps = int(limits.max())
     out_tokens = torch.full(
         (B, steps + 1), PAD, dtype=torch.long, device=device
@@ -316,11 +322,7 @@ def beam_search(
     model: Seq2Seq | Ensemble,
     src: Tensor,
     src_mask: Tensor,
-    beam: int = 5,
-    max_len_a: float = 1.5,
-    max_len_b: int = 10,
-    alpha: float = 1.0,
-    n_best: int = 1,
+    cfg: DecodeConfig = DecodeConfig(beam=5),
     use_cache: bool = True,
     prefix: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
@@ -329,22 +331,20 @@ def beam_search(
 
     Each step ranks 2K candidates per sentence so that hypotheses ending in eos do not starve the
     beam; a sentence is done once it has K finished hypotheses or reaches a*S+b tokens.
-    Hypotheses are ranked by log-probability / length_penalty(length including eos, alpha).
+    Hypotheses are ranked by log-probability / length_penalty(length including eos, cfg.length_penalty).
     A step is a fixed run of tensor operations and one host sync.
 
     Args:
         src: (B, S) ids, src_mask: (B, S) bool.
+        cfg: beam (K), n_best, length_penalty and the length limit (max_len_a, max_len_b).
         use_cache: False re-runs the decoder over the whole prefix each step (reference/benchmark).
         prefix: (B, P) target pieces every hypothesis starts with (`force_prefix`), or None.
     Returns:
-        for each sentence, its n_best hypotheses, best first.
+        for each sentence, its cfg.n_best hypotheses, best first.
     """
     memory = model.encode(src, src_mask)  # (B, S, D): shared by the beams
-    P = model.cfg.max_positions
-    limits = prefix_limits(
-        max_output_lengths(src_mask, max_len_a, max_len_b, P), prefix, max_len_b, P
-    )  # (B,)
-    beams = _Beams(src.size(0), beam, limits, alpha, src.device)
+    limits = output_limits(src_mask, prefix, cfg, model.cfg.max_positions)  # (B,)
+    beams = _Beams(src.size(0), cfg.beam, limits, cfg.length_penalty, src.device)
     cache = model.new_cache() if use_cache else None
     for t in range(1, beams.steps + 1):
         step_in = beams.tokens[:, t - 1 : t] if use_cache else beams.tokens[:, :t]  # (B*k, 1) or (B*k, t)
@@ -363,7 +363,7 @@ def beam_search(
             memory, src_mask = memory[alive], src_mask[alive]
         if cache is not None:
             cache.reorder(rows, alive if dropped else None)
-    return beams.hypotheses(n_best)
+    return beams.hypotheses(cfg.n_best)
 
 
 def search(
@@ -382,17 +382,5 @@ def search(
     if cfg.beam == 1:
         seeds = seeds if seeds is not None else [cfg.seed + i for i in range(src.size(0))]
         choose = Sampler(cfg.sample, cfg.temperature, seeds) if cfg.sample else argmax
-        found = greedy_decode(model, src, src_mask, cfg.max_len_a, cfg.max_len_b, use_cache, prefix, choose)
-        return [[h] for h in found]
-    return beam_search(
-        model,
-        src,
-        src_mask,
-        cfg.beam,
-        cfg.max_len_a,
-        cfg.max_len_b,
-        cfg.length_penalty,
-        cfg.n_best,
-        use_cache,
-        prefix,
-    )
+        return [[h] for h in greedy_decode(model, src, src_mask, cfg, use_cache, prefix, choose)]
+    return beam_search(model, src, src_mask, cfg, use_cache, prefix)

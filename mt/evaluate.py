@@ -1,83 +1,62 @@
-"""Evaluating a run: translate a split with its checkpoint, score it, and record the result (eval
-files and the run card)."""
+"""Evaluating a run: translate a split (or a pair of files) with an opened run (mt.translator), score
+it (mt.metrics), and record the result: eval files and the run card."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
 
 
-from mt.card import (
-    code_version,
-    config_section,
-    engine_name,
-    hardware,
-    read_card,
-    result_key,
-    sampling_name,
-    update_card,
-)
+from mt.card import read_card, update_card
 from mt.config import RunConfig
 from mt.data import load_split, read_parallel
+from mt.decode_config import evaluation_name
 from mt.distributed import resolve_device
 from mt.files import write_text
+from mt.metrics import corpus_scores
 from mt.model import Seq2Seq, count_parameters
-from mt.lineage import ensemble_of
-from mt.rundir import checkpoint_path, decoding_model, load_run, read_metrics
-from mt.translate import score, translate_lines
+from mt.provenance import code_version, config_section, hardware
+from mt.rundir import read_metrics
+from mt.translator import Translator
 
 
 def lines_sha256(lines: list[str]) -> str:
     return hashlib.sha256("".join(line + "\n" for line in lines).encode()).hexdigest()
 
 
-def evaluate_run(
-    run_dir: str | Path,
-    split: str = "test",
-    device: str = "auto",
-    overrides: list[str] = (),
-    checkpoint: str = "best",
-    files: tuple[str, str] | None = None,
-    ensemble: list[str] = (),
-) -> dict:
-    """Translate a corpus split (or `files`: a source and a reference file) with a checkpoint and score
-    it; write DIR/eval-<key>.json, the translations (hyp-<key>.txt), the references (ref-<name>.txt, for
-    `mt report`), and the card's results. <key> names the data and the decoding setting: test,
-    test-beam5, test-beam5-lp0.6, test-beam5-ens2 (with `ensemble`'s runs), test-last (another
-    checkpoint than best), news.de (files).
-
-    `overrides` are `key.path=value` strings applied to the run's config (e.g. decode.beam=5). The
-    result lists the files written under "written".
-    """
-    run_dir = Path(run_dir)
+def evaluate_run(translator: Translator, split: str = "test", files: tuple[str, str] | None = None) -> dict:
+    """Translate a corpus split (or `files`: a source and a reference file) with an opened run and
+    score it; write DIR/eval-<key>.json, the translations (hyp-<key>.txt), the references
+    (ref-<name>.txt, for `mt report`), and the card's results. <key> names the data and every
+    decoding option that can change the translations (`decode_config.evaluation_name`): test,
+    test-beam5, test-beam5-lp0.6, test-beam5-ens2 (an ensemble), test-last (another checkpoint than
+    best), news.de (files). The result records the whole decode config, and lists the files written
+    under "written"."""
+    run_dir, cfg, decode = translator.run, translator.config, translator.decode
     card = read_card(run_dir)  # damage in the card or metrics is reported before anything is written
     rows = read_metrics(run_dir / "metrics.jsonl") if "training" not in card else []
-    path = checkpoint_path(run_dir, checkpoint)
-    cfg, tokenizer, model = load_run(run_dir, str(path), overrides)
     name, (src, ref) = evaluation_data(cfg, split, files)
-    dev, decode = resolve_device(device), cfg.decode
-    searcher = decoding_model(
-        run_dir, decode, tokenizer, ensemble_of(run_dir, ensemble, checkpoint, tokenizer, model, decode), dev
-    )
-    hyps = translate_lines(searcher, tokenizer, src, cfg.decode, dev, max_source_pieces=cfg.data.max_len)
-    engine = engine_name(decode.engine, decode.compute_type)
-    key = result_key(
-        name, decode.beam, decode.length_penalty, path.stem, engine, sampling_name(decode), 1 + len(ensemble)
-    )
+    hyps = translator.translate(src)
+    ensemble = [str(run_dir), *translator.ensemble] if translator.ensemble else []
+    key = evaluation_name(name, decode, translator.checkpoint.stem, max(len(ensemble), 1))
     result = {
         "split": name,
-        "checkpoint": str(path),
-        "beam": cfg.decode.beam,
-        "length_penalty": cfg.decode.length_penalty,
-        **({"engine": decode.engine, "compute_type": decode.compute_type} if engine else {}),
-        **({"ensemble": [str(run_dir), *ensemble]} if ensemble else {}),
-        **score(hyps, ref),
+        "checkpoint": str(translator.checkpoint),
+        "beam": decode.beam,
+        "length_penalty": decode.length_penalty,
+        **(
+            {"engine": decode.engine, "compute_type": decode.compute_type} if decode.engine != "torch" else {}
+        ),
+        **({"ensemble": ensemble} if ensemble else {}),
+        **corpus_scores(hyps, ref),
         "refs_sha256": lines_sha256(ref),
         "hyp_file": f"hyp-{key}.txt",
         "ref_file": f"ref-{name}.txt",
+        "decode": dataclasses.asdict(decode),
     }
-    sections = {} if "training" in card else describe_untracked_run(rows, cfg, model)
+    sections = {} if "training" in card else describe_untracked_run(rows, cfg, translator.model)
     written = write_result(run_dir, key, result, hyps, ref, card, sections)
     return {**result, "key": key, "written": [str(p) for p in written]}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import io
 import os
 from pathlib import Path
@@ -81,3 +82,12 @@ def write_figure(fig, path: str | Path, dpi: int = 110) -> None:
     buffer = io.BytesIO()
     fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", dpi=dpi)
     write_bytes(path, buffer.getvalue())
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes, read in blocks (a binarized corpus may be gigabytes)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()

@@ -123,7 +123,7 @@ class Training:
 
 @dataclass(frozen=True, kw_only=True)
 class Origin:
-    """Where a run's weights (card `parent`) or tokenizer (`tokenizer_from`) came from: mt.lineage."""
+    """Where a run's weights (card `parent`) or tokenizer (`tokenizer_from`) came from: mt.parent."""
 
     open_keys: ClassVar[bool] = True
     run: str

@@ -15,13 +15,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from mt.card import read_card
 from mt.config import config_to_dict, flatten, read_saved_config
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_figure, write_text
+from mt.metrics import HEADLINE, METRICS
 from mt.rundir import read_metrics
 
 P_THRESHOLD = 0.05
@@ -104,9 +104,9 @@ def load_runs(paths: list[str | Path], setting: str = "test") -> list[Run]:
     return runs
 
 
-def _signatures_without_version(result: dict) -> tuple[str, str]:
+def _signatures_without_version(result: dict) -> tuple[str, ...]:
     # the sacrebleu version does not change a score
-    return tuple(re.sub(r"\|version:[^|]*", "", result[k]) for k in ("bleu_signature", "chrf_signature"))
+    return tuple(re.sub(r"\|version:[^|]*", "", result[f"{m.key}_signature"]) for m in HEADLINE)
 
 
 def comparability(base: dict | None, other: dict | None) -> str:
@@ -122,31 +122,28 @@ def comparability(base: dict | None, other: dict | None) -> str:
 
 
 def paired_bootstrap(runs: list[Run], setting: str) -> list[dict]:
-    """sacreBLEU paired bootstrap resampling of each run against the first: one dict per run with
-    bleu/chrf score, 95% CI and p-value (None for the baseline)."""
+    """sacreBLEU paired bootstrap resampling of each run against the first: one dict per run with each
+    headline metric's score (bleu), 95% CI (bleu_ci) and p-value (bleu_p; None for the baseline)."""
     base = runs[0].result(setting)
     refs = runs[0].lines(base["ref_file"], base["sentences"])
     systems = [(r.label, r.lines(r.result(setting)["hyp_file"], base["sentences"])) for r in runs]
-    test = PairedTest(
-        systems, {"bleu": BLEU(), "chrf": CHRF()}, [refs], test_type="bs", n_samples=BOOTSTRAP_SAMPLES
-    )
+    metrics = {m.key: m.make() for m in HEADLINE}
+    test = PairedTest(systems, metrics, [refs], test_type="bs", n_samples=BOOTSTRAP_SAMPLES)
     _, scores = test()
-    bleu_key, chrf_key = [k for k in scores if k != "System"]
+    columns = [scores[k] for k in scores if k != "System"]  # one per metric, in HEADLINE's order
     results = [
-        {
-            "bleu": b.score,
-            "bleu_p": b.p_value,
-            "bleu_ci": b.ci,
-            "chrf": c.score,
-            "chrf_p": c.p_value,
-            "chrf_ci": c.ci,
-        }
-        for b, c in zip(scores[bleu_key], scores[chrf_key])
+        {field: value for m, s in zip(HEADLINE, row) for field, value in _tested(m.key, s).items()}
+        for row in zip(*columns)
     ]
     for (_, hyps), result in zip(systems[1:], results[1:]):
         if hyps == systems[0][1]:  # sacreBLEU counts resampled differences > 0, so no difference at all
-            result["bleu_p"] = result["chrf_p"] = 1.0  # would get its smallest p, 1 / (resamples + 1)
+            for m in HEADLINE:  # would get its smallest p, 1 / (resamples + 1)
+                result[f"{m.key}_p"] = 1.0
     return results
+
+
+def _tested(key: str, score) -> dict:
+    return {key: score.score, f"{key}_p": score.p_value, f"{key}_ci": score.ci}
 
 
 def differing_keys(runs: list[Run]) -> dict[str, list]:
@@ -207,9 +204,7 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
         "",
         "## Signatures",
         "",
-        f"- BLEU: `{base['bleu_signature']}`",
-        f"- chrF: `{base['chrf_signature']}`",
-        f"- BLEU lc (lower-cased, not the headline): `{base.get('bleu_lc_signature', '–')}`",
+        *(_signature_line(m, base) for m in METRICS),
         "",
         "## Learning curves",
         "",
@@ -217,6 +212,11 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _signature_line(metric, result: dict) -> str:
+    note = f" ({metric.note})" if metric.note else ""
+    return f"- {metric.label}{note}: `{result.get(f'{metric.key}_signature', '–')}`"
 
 
 def _header(runs: list[Run], setting: str) -> list[str]:
@@ -242,11 +242,10 @@ def _verdicts(base: Run, others: list[Run], tests: dict[str, dict]) -> list[str]
     b, lines = tests[base.label], []
     for run in others:
         r = tests[run.label]
-        lines.append(
-            f"- `{run.label}` vs `{base.label}`: "
-            f"{_verdict('BLEU', b['bleu'], r['bleu'], r['bleu_ci'], r['bleu_p'])}; "
-            f"{_verdict('chrF', b['chrf'], r['chrf'], r['chrf_ci'], r['chrf_p'])}."
-        )
+        verdicts = [
+            _verdict(m.label, b[m.key], r[m.key], r[f"{m.key}_ci"], r[f"{m.key}_p"]) for m in HEADLINE
+        ]
+        lines.append(f"- `{run.label}` vs `{base.label}`: {'; '.join(verdicts)}.")
     return lines
 
 
@@ -271,25 +270,27 @@ def _lineage(card: dict) -> str:
 
 
 def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: list[Run]) -> list[str]:
-    """One row per run: its card, its scores and p-values, and the config keys that differ."""
+    """One row per run: its card, its scores (mt.metrics; the headline ones with p-values), and the
+    config keys that differ."""
     keys = differing_keys(runs)
-    out = [
-        "| run | config (hash) | params | steps | epochs | wall | tok/s | best step | val BLEU | BLEU | p | "
-        "chrF | p | BLEU lc | len ratio |" + "".join(f" `{k}` |" for k in keys),
-        "|" + "---|" * (15 + len(keys)),
-    ]
+    columns = ["run", "config (hash)", "params", "steps", "epochs", "wall", "tok/s", "best step", "val BLEU"]
+    columns += [name for m in METRICS for name in ([m.label, "p"] if m.headline else [m.label])]
+    columns += ["len ratio"] + [f"`{k}`" for k in keys]
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for i, run in enumerate(runs):
         c, t, res = run.card, run.card.get("training", {}), run.result(setting) or {}
         test = tests.get(run.label, {})
         mark = " ★" if any(run is b for b in best) else ""
+        scores = [
+            _fmt(res.get(m.key)) + (f" | {_p(test.get(f'{m.key}_p'))}" if m.headline else "") for m in METRICS
+        ]
         out.append(
             f"| {run.label}{mark} | {c['config']['name']} ({c['config']['hash'][:8]}) "
             f"| {c['parameters'] / 1e6:.2f}M | {t.get('steps', '–')} | {t.get('epochs', '–')} "
             f"| {_fmt(t.get('wall_s'), '.0f')} s | {_fmt(t.get('tokens_per_s'), '.0f')} "
             f"| {t.get('best_step', '–')} | {_fmt(t.get('best_val_bleu'))} "
-            f"| {_fmt(res.get('bleu'))} | {_p(test.get('bleu_p'))} | {_fmt(res.get('chrf'))} "
-            f"| {_p(test.get('chrf_p'))} | {_fmt(res.get('bleu_lc'))} "
-            f"| {_fmt(res.get('length_ratio'), '.3f')} |" + "".join(f" {keys[k][i]} |" for k in keys)
+            f"| {' | '.join(scores)} | {_fmt(res.get('length_ratio'), '.3f')} |"
+            + "".join(f" {keys[k][i]} |" for k in keys)
         )
     return out
 

@@ -1,17 +1,24 @@
-"""The run directory: where a run resumes from, what loads a trained model, and the files a run writes.
+"""The run directory: reading a trained run (its checkpoint, tokenizer and metrics) and the files a
+training writes there.
 
     DIR/config.yaml     the resolved config (also inside every checkpoint)
     DIR/spm.model       the joint BPE model
     DIR/train.log       the log of every start of the run
     DIR/metrics.jsonl   one JSON line per log window, validation and skipped update
     DIR/last.pt         the latest checkpoint: model, Adam, grad scaler, counters (`Progress`), RNG states
-    DIR/best.pt         the checkpoint of the best validation BLEU
+    DIR/best.pt         the checkpoint of the best validation score (train.best_metric)
+    DIR/ckpt-STEP.pt    the model at a validation (train.keep_last); averaged.pt their mean (`mt average`)
+    DIR/card.json       what the run was and what it scored (mt.card)
+    DIR/eval-KEY.json   an evaluation (mt.evaluate), with hyp-KEY.txt and ref-SPLIT.txt beside it
+    DIR/ct2/            the CTranslate2 export (`mt export`, mt.ct2)
     DIR/replaced-*/     an earlier run's files, moved aside by `mt train --force-new`
 
     DIR/train.lock      held (flock) while a training writes DIR
 
-Checkpoints are mt.checkpoint's. Reading a run (`load_run`, `resume_checkpoint`, `read_metrics`)
-checks everything and writes nothing; a damaged file is a one-line ConfigError or DataError.
+Checkpoints are mt.checkpoint's, the card mt.card's; resuming is mt.session's. Reading a run
+(`load_run`, `read_metrics`) checks everything and writes nothing; a damaged file is a one-line
+RunDirError. Writing: `open_run_dir` makes a run's first writes once every input has been checked,
+`locked` keeps a second training out, `MetricsLog` and `run_log` are metrics.jsonl and train.log.
 """
 
 from __future__ import annotations
@@ -28,16 +35,13 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-import torch
 
-from mt.card import read_card
-from mt.checkpoint import RESUMABLE_KEYS, build_model, load_checkpoint, set_rng_state, stored_config
-from mt.config import DecodeConfig, RunConfig, config_differences, config_to_dict, save_config
+from mt.checkpoint import build_model, load_checkpoint, stored_config
+from mt.config import RunConfig, save_config
 from mt.errors import RunDirError, WriteError
-from mt.engine import Ct2Model, export_model
 from mt.files import write_failure, write_text
 from mt.model import Seq2Seq
-from mt.records import RESUME_KEYS, Progress, metrics_row_problem, progress_of
+from mt.records import metrics_row_problem
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -111,96 +115,6 @@ def load_run(
     cfg = stored_config(ckpt, path, overrides)
     tokenizer = run_tokenizer(run_dir, ckpt, path.name, "the run directory is incomplete")
     return cfg, tokenizer, build_model(ckpt, cfg, path).eval()
-
-
-def decoding_model(
-    run_dir: str | Path,
-    decode: DecodeConfig,
-    tokenizer: Tokenizer,
-    model: Seq2Seq,
-    device: torch.device,
-    whole_files: bool = True,
-) -> Seq2Seq | Ct2Model:
-    """What translation searches with: the torch `model` on `device`, or for decode.engine ctranslate2
-    the run's CTranslate2 export (DIR/ct2, `mt export`), checked to hold the same weights. Threads:
-    beam search over `whole_files` runs one one-thread translator per thread, decoding batches side
-    by side; greedy search and serve's one batch at a time, one translator with all the threads (on
-    2 cores: beam 5 7% faster, greedy 8% slower the first way; scripts/bench_decode.py --ct2-threads)."""
-    if decode.engine == "torch":
-        return model.to(device)
-    n = torch.get_num_threads()
-    threads = (n, 1) if whole_files and decode.beam > 1 else (1, n)
-    return Ct2Model(Path(run_dir) / "ct2", model, tokenizer, decode, device, threads)
-
-
-def export_run(run_dir: str | Path, checkpoint: str, quantization: str, out: str | None) -> Path:
-    """`mt export`: the run's checkpoint as a CTranslate2 model directory (default DIR/ct2), with a
-    note of the checkpoint's file and sha256 and the run's config."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise RunDirError(f"{run_dir}: run directory not found")
-    path = checkpoint_path(run_dir, checkpoint)
-    cfg, tokenizer, model = load_run(run_dir, str(path))
-    folder = Path(out) if out else run_dir / "ct2"
-    note = {
-        "checkpoint": path.name,
-        "checkpoint_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        "config": config_to_dict(cfg),
-    }
-    export_model(model, tokenizer, folder, quantization, note)
-    return folder
-
-
-def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, Tokenizer] | None:
-    """DIR/last.pt and DIR/spm.model to resume from (None: start fresh), once they are checked: the
-    same config up to RESUMABLE_KEYS, a tokenizer that fits, and as many processes as wrote it."""
-    path = run_dir / "last.pt"
-    if not path.exists():
-        return None
-    ckpt = load_checkpoint(path)
-    if any(k not in ckpt for k in RESUME_KEYS):
-        raise RunDirError(
-            f"{path}: not a checkpoint to resume from (it lacks the optimizer and training state, as "
-            f"best.pt, averaged.pt and ckpt-*.pt do); restore last.pt, or use --force-new"
-        )
-    stored = config_to_dict(stored_config(ckpt, path))
-    diff = config_differences(stored, config_to_dict(cfg), ignore=RESUMABLE_KEYS)
-    if diff:
-        changes = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
-        raise RunDirError(
-            f"{run_dir} holds a run with a different config ({changes}); resume with the same "
-            f"config, use another --run-dir, or --force-new to start over"
-        )
-    if len(ckpt["rng"]) != world:
-        raise RunDirError(
-            f"{path} was written by {len(ckpt['rng'])} processes, not {world}; resume with the "
-            f"same number for an exact resume"
-        )
-    read_metrics(run_dir / "metrics.jsonl")  # damage is reported now, before anything is written
-    read_card(run_dir)
-    return ckpt, run_tokenizer(run_dir, ckpt, path.name, "restore it or use --force-new")
-
-
-def restore(
-    ckpt: dict,
-    model: Seq2Seq,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    rank: int,
-    device: torch.device,
-) -> Progress:
-    """Load the checkpoint's states into the run's objects and this rank's RNGs; returns its counters."""
-    try:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scaler.load_state_dict(ckpt["scaler"])
-        set_rng_state(ckpt["rng"][rank], device)
-    except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:  # a damaged but loadable last.pt
-        detail = (str(e).splitlines() or [""])[0][:80]
-        raise RunDirError(
-            f"last.pt: damaged training state ({type(e).__name__}: {detail}); restore it, or use --force-new"
-        ) from None
-    return progress_of(ckpt)
 
 
 def archive_previous(run_dir: Path) -> None:

@@ -31,8 +31,9 @@ class Mismatch(ValueError):
     """A mapping departs from its dataclass; the message names the key path."""
 
 
-def choice(default: str, *choices: str) -> Any:
-    return dataclasses.field(default=default, metadata={"choices": choices})
+def choice(default: str, *choices: str, **more) -> Any:
+    """A field whose value must be one of `choices`; `more`: other metadata (a flag's help)."""
+    return dataclasses.field(default=default, metadata={"choices": choices, **more})
 
 
 def within(default: Any = dataclasses.MISSING, lo: float | None = None, hi: float | None = None, **more):

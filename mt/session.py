@@ -1,6 +1,7 @@
 """Setting up a training run and finishing it: the `Session` the loop in mt.train works with (device,
 tokenizer, corpus, model, optimizer, counters, files), built by `setup` with every input checked
-before the first write to the run directory, and `finish`, which writes the card."""
+before the first write to the run directory, from scratch or from the checkpoint `resume_checkpoint`
+found; and `finish`, which writes the card."""
 
 from __future__ import annotations
 
@@ -13,15 +14,18 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from mt import checkpoint, corpus, distributed, lineage, rundir
-from mt.card import code_version, config_section, hardware, update_card
-from mt.config import RunConfig
-from mt.errors import ConfigError, WriteError
+from mt import checkpoint, corpus, distributed, rundir
+from mt.card import read_card, update_card
+from mt.checkpoint import RESUMABLE_KEYS, load_checkpoint, set_rng_state, stored_config
+from mt.provenance import code_version, config_section, hardware
+from mt.config import RunConfig, check_precision, config_differences, config_to_dict
+from mt.errors import ConfigError, RunDirError, WriteError
 from mt.batching import BatchStream, Pairs
 from mt.data import load_split
 from mt.model import Seq2Seq, count_parameters
-from mt.records import Progress
-from mt.rundir import MetricsLog
+from mt.parent import Parent, parent_of, shared_tokenizer
+from mt.records import RESUME_KEYS, Progress, progress_of
+from mt.rundir import MetricsLog, read_metrics, run_tokenizer
 from mt.tokenizer import Tokenizer
 from mt.validation import Validation, make_validation
 
@@ -56,23 +60,20 @@ def start_device(cfg: RunConfig, ranks: distributed.Ranks) -> torch.device:
     if cfg.train.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device: cuda requested but no GPU is visible; use auto or cpu")
     device = distributed.start(ranks, cfg.train.device, cfg.train.dist_backend)
-    if cfg.train.precision in ("fp16", "tf32") and device.type != "cuda":
-        raise ConfigError(
-            f"train.precision: {cfg.train.precision} needs a CUDA device; use bf16 or fp32 on CPU"
-        )
+    check_precision(cfg.train.precision, device.type)
     distributed.set_precision(device, cfg.train.precision)
     return device
 
 
 def new_tokenizer(
-    cfg: RunConfig, run_dir: Path, parent: lineage.Parent | None, ranks: distributed.Ranks
+    cfg: RunConfig, run_dir: Path, parent: Parent | None, ranks: distributed.Ranks
 ) -> tuple[Tokenizer, int | None, dict]:
     """A new run's tokenizer, the pair count if BPE read the corpus, and its lineage for the card: the
     parent's (train.init_from), another run's (tokenizer.from_run), or joint BPE learned here."""
     if parent:
         return parent.tokenizer, None, {"parent": parent.record()}
     if cfg.tokenizer.from_run:
-        tokenizer, source = lineage.shared_tokenizer(cfg, run_dir)
+        tokenizer, source = shared_tokenizer(cfg, run_dir)
         return tokenizer, None, {"tokenizer_from": source}
     return *joint_bpe(cfg, ranks), {}
 
@@ -93,6 +94,58 @@ def training_corpus(
     return [corpus.load(Path(folder)) for folder in distributed.from_main(folders, ranks)]
 
 
+def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, Tokenizer] | None:
+    """DIR/last.pt and DIR/spm.model to resume from (None: start fresh), once they are checked: the
+    same config up to RESUMABLE_KEYS, a tokenizer that fits, and as many processes as wrote it."""
+    path = run_dir / "last.pt"
+    if not path.exists():
+        return None
+    ckpt = load_checkpoint(path)
+    if any(k not in ckpt for k in RESUME_KEYS):
+        raise RunDirError(
+            f"{path}: not a checkpoint to resume from (it lacks the optimizer and training state, as "
+            f"best.pt, averaged.pt and ckpt-*.pt do); restore last.pt, or use --force-new"
+        )
+    stored = config_to_dict(stored_config(ckpt, path))
+    diff = config_differences(stored, config_to_dict(cfg), ignore=RESUMABLE_KEYS)
+    if diff:
+        changes = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
+        raise RunDirError(
+            f"{run_dir} holds a run with a different config ({changes}); resume with the same "
+            f"config, use another --run-dir, or --force-new to start over"
+        )
+    if len(ckpt["rng"]) != world:
+        raise RunDirError(
+            f"{path} was written by {len(ckpt['rng'])} processes, not {world}; resume with the "
+            f"same number for an exact resume"
+        )
+    read_metrics(run_dir / "metrics.jsonl")  # damage is reported now, before anything is written
+    read_card(run_dir)
+    return ckpt, run_tokenizer(run_dir, ckpt, path.name, "restore it or use --force-new")
+
+
+def restore(
+    ckpt: dict,
+    model: Seq2Seq,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    rank: int,
+    device: torch.device,
+) -> Progress:
+    """Load the checkpoint's states into the run's objects and this rank's RNGs; returns its counters."""
+    try:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scaler.load_state_dict(ckpt["scaler"])
+        set_rng_state(ckpt["rng"][rank], device)
+    except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:  # a damaged but loadable last.pt
+        detail = (str(e).splitlines() or [""])[0][:80]
+        raise RunDirError(
+            f"last.pt: damaged training state ({type(e).__name__}: {detail}); restore it, or use --force-new"
+        ) from None
+    return progress_of(ckpt)
+
+
 def best_so_far(p: Progress) -> str:
     return (
         f"best val BLEU {p.best_bleu:.2f} at step {p.best_step}"
@@ -109,14 +162,14 @@ def setup(
     ranks: distributed.Ranks,
     cleanup: contextlib.ExitStack,
 ) -> Session:
-    """Build everything the loop needs, starting fresh or from `resumed` (rundir.resume_checkpoint).
+    """Build everything the loop needs, starting fresh or from `resumed` (`resume_checkpoint`).
     Every check on user input runs before the first write to run_dir (rundir.open_run_dir); `cleanup`
     closes the files."""
     start_log = cleanup.enter_context(rundir.run_log(logging.getLogger("mt"), ranks.main))
     log.info("run directory %s", run_dir)
     device = start_device(cfg, ranks)
     val_lines = load_split(cfg.data, "val") if ranks.main else None
-    parent = None if resumed else lineage.parent_of(cfg, run_dir)
+    parent = None if resumed else parent_of(cfg, run_dir)
     tokenizer, pairs, origin = (
         (resumed[1], None, {}) if resumed else new_tokenizer(cfg, run_dir, parent, ranks)
     )
@@ -159,7 +212,7 @@ def log_start(
     model: Seq2Seq,
     device: torch.device,
     ranks: distributed.Ranks,
-    parent: lineage.Parent | None,
+    parent: Parent | None,
 ) -> None:
     """The run's opening lines: where it resumes or starts from, and what trains on what."""
     if resumed:
@@ -190,7 +243,7 @@ def learner(
     vocab_size: int,
     device: torch.device,
     resumed: tuple | None,
-    parent: lineage.Parent | None,
+    parent: Parent | None,
     ranks: distributed.Ranks,
 ) -> tuple[Seq2Seq, torch.optim.Optimizer, torch.amp.GradScaler, Progress]:
     """The model, Adam, the fp16 grad scaler and the counters: new (random weights, or the parent's),
@@ -208,7 +261,7 @@ def learner(
             model,
             optimizer,
             scaler,
-            rundir.restore(resumed[0], model, optimizer, scaler, ranks.rank, device),
+            restore(resumed[0], model, optimizer, scaler, ranks.rank, device),
         )
     if ranks.enabled:
         torch.manual_seed(cfg.train.seed + 1000 * ranks.rank)  # different dropout masks per rank

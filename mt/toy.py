@@ -11,18 +11,6 @@ from __future__ import annotations
 import random
 
 # gender, German singular, German plural, English singular, English plural
-# A tiny model for the toy corpus, as `--set` overrides: it trains in seconds on one CPU thread (the
-# tests and the GPU kit's CPU check start from it). With max_tokens 400 an epoch of 400 pairs is about
-# 30 batches.
-TINY_MODEL = [
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.layers=1",
-    "tokenizer.vocab_size=200",
-    "train.max_tokens=400",
-    "train.threads=1",
-]
-
 NOUNS = [
     ("m", "Hund", "Hunde", "dog", "dogs"),
     ("m", "Mann", "Männer", "man", "men"),

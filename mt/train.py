@@ -24,10 +24,10 @@ from pathlib import Path
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from mt import checkpoint, distributed, rundir
+from mt import checkpoint, distributed
 from mt.config import RunConfig, TrainConfig
 from mt.records import Progress, Window, progress_of
-from mt.session import Session, best_so_far, finish, save, setup, summary, write_metrics
+from mt.session import Session, best_so_far, finish, resume_checkpoint, save, setup, summary, write_metrics
 from mt.step import StepStats, learning_rate, train_step
 from mt.validation import validate
 
@@ -211,7 +211,7 @@ def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
     the process group, once the DDP wrapper is gone). Returns a summary (`interrupted`: the signal
     that stopped it, `stopped`: the stop condition)."""
     ranks, t, run_dir = distributed.ranks_from_env(), cfg.train, Path(run_dir)
-    resumed = None if force_new else rundir.resume_checkpoint(cfg, run_dir, ranks.world)
+    resumed = None if force_new else resume_checkpoint(cfg, run_dir, ranks.world)
     if resumed and stop_reason(t, progress_of(resumed[0])):  # say so before loading any data
         return already_finished(run_dir, t, progress_of(resumed[0]))
     with contextlib.ExitStack() as cleanup:

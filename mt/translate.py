@@ -1,26 +1,24 @@
-"""Text in, text out: translate raw lines with a model (lines -> ids -> search -> text), and score
-translations with sacreBLEU.
+"""Text in, text out: translate raw lines with a model (lines -> pieces -> search -> text).
 
 Translation sorts lines by length into token-budget batches and restores the input order, so the
-output has exactly one line per input line (empty input -> empty output). Training validates with
-these functions, `mt translate` and `mt evaluate` call them; none of them reads or writes files.
+output has exactly one line per input line (empty input -> empty output). Validation translates with
+these functions and the Python API (mt.translator) does for every command; none of them reads or
+writes files. Either engine searches: the torch model (mt.decode) or CTranslate2 (mt.ct2).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Iterator
 
 import torch
-from sacrebleu.metrics import BLEU, CHRF
 
 from mt.config import DecodeConfig
 from mt.data import normalize
-from mt.batching import make_batch, source_batch, token_batches
-from mt.decode import Hypothesis, length_penalty, search
-from mt.errors import DataError
-from mt.engine import Ct2Model
+from mt.batching import source_batch, token_batches
+from mt.decode import Hypothesis, search
+from mt.ct2 import Ct2Model
 from mt.model import Seq2Seq
 from mt.tokenizer import PAD, Tokenizer
 
@@ -157,51 +155,6 @@ def _pad(rows: list[list[int]]) -> torch.Tensor:
     return out
 
 
-@dataclass
-class Scored:
-    """A translation's teacher-forced log-probability (`mt score`)."""
-
-    token_logprobs: list[float]  # one per target piece, then eos
-    logprob: float  # their sum
-    score: float  # logprob / GNMT length penalty, eos counted: how beam search ranks n-best lists
-
-
-@torch.inference_mode()
-def score_pairs(
-    model: Seq2Seq, src_ids: list[list[int]], tgt_ids: list[list[int]], cfg: DecodeConfig, device="cpu"
-) -> list[Scored]:
-    """Teacher-forced log-probabilities of the targets given the sources (piece ids, no bos/eos), in
-    token-budget batches of about cfg.batch_tokens, in input order."""
-    was_training = model.training
-    model.eval()
-    scored: list[Scored] = [None] * len(src_ids)
-    src_lens, tgt_lens = [len(s) + 1 for s in src_ids], [len(t) + 1 for t in tgt_ids]
-    for group in token_batches(src_lens, tgt_lens, cfg.batch_tokens):
-        batch = make_batch([src_ids[g] for g in group], [tgt_ids[g] for g in group]).to(device)
-        logits = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)  # (B, T, V)
-        picked = torch.log_softmax(logits.float(), -1).gather(-1, batch.tgt_out.unsqueeze(-1))  # (B, T, 1)
-        for g, row in zip(group, picked.squeeze(-1).tolist()):
-            token_logprobs = row[: tgt_lens[g]]
-            total = sum(token_logprobs)
-            scored[g] = Scored(token_logprobs, total, total / length_penalty(tgt_lens[g], cfg.length_penalty))
-    model.train(was_training)
-    return scored
-
-
-def score_lines(
-    model: Seq2Seq, tokenizer: Tokenizer, src: list[str], tgt: list[str], cfg: DecodeConfig, device="cpu"
-) -> list[Scored]:
-    """`score_pairs` of raw line pairs; a pair longer than the model's positions is a DataError."""
-    src_ids, tgt_ids = tokenizer.encode(src), tokenizer.encode(tgt)
-    limit = model.cfg.max_positions - 1  # room for eos (source) and bos or eos (target)
-    for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
-        if max(len(s), len(t)) > limit:
-            raise DataError(
-                f"line {i + 1}: {max(len(s), len(t))} pieces, more than the {limit} this model can score"
-            )
-    return score_pairs(model, src_ids, tgt_ids, cfg, device)
-
-
 def translate_lines(
     model: Seq2Seq,
     tokenizer: Tokenizer,
@@ -232,25 +185,3 @@ def translate_nbest(
         model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces, prefixes=prefixes
     )
     return [list(zip(tokenizer.decode([h.tokens for h in hyps]), (h.score for h in hyps))) for hyps in found]
-
-
-def score(hypotheses: list[str], *references: list[str]) -> dict:
-    """Cased, detokenized corpus BLEU (13a) and chrF on the 0-100 scale, with signatures; and
-    sacreBLEU's lower-cased BLEU (`bleu_lc`), to set beside papers that report lower-cased scores.
-
-    Each of `references` is one reference stream, line-aligned with `hypotheses`.
-    """
-    bleu, chrf, lowercased = BLEU(), CHRF(), BLEU(lowercase=True)
-    b = bleu.corpus_score(hypotheses, list(references))
-    c = chrf.corpus_score(hypotheses, list(references))
-    lc = lowercased.corpus_score(hypotheses, list(references))
-    return {
-        "bleu": b.score,
-        "chrf": c.score,
-        "bleu_lc": lc.score,
-        "bleu_signature": str(bleu.get_signature()),
-        "chrf_signature": str(chrf.get_signature()),
-        "bleu_lc_signature": str(lowercased.get_signature()),
-        "sentences": len(hypotheses),
-        "length_ratio": b.sys_len / max(b.ref_len, 1),
-    }

@@ -16,7 +16,8 @@ from mt.distributed import autocast
 from mt.loss import batch_loss
 from mt.model import Seq2Seq
 from mt.tokenizer import Tokenizer
-from mt.translate import score, translate_lines
+from mt.metrics import HEADLINE, corpus_scores
+from mt.translate import translate_lines
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ def validation_decoding(cfg: RunConfig) -> DecodeConfig:
 def validate(
     model: Seq2Seq, val: Validation, tokenizer: Tokenizer, cfg: RunConfig, device: torch.device
 ) -> dict:
-    """Teacher-forced loss/perplexity and BLEU/chrF of the translations on the validation set."""
+    """Teacher-forced loss/perplexity and the headline metrics (mt.metrics: BLEU, chrF) of the
+    translations on the validation set."""
     model.eval()
     loss_sum = nll_sum = 0.0
     ntokens = 0
@@ -57,7 +59,7 @@ def validate(
             loss, nll = batch_loss(model, batch.to(device), cfg.train.label_smoothing)
         loss_sum, nll_sum, ntokens = loss_sum + loss.item(), nll_sum + nll.item(), ntokens + batch.ntokens
     hyps = translate_lines(model, tokenizer, val.src_lines, validation_decoding(cfg), device)
-    scores = score(hyps, val.ref_lines)
+    scores = corpus_scores(hyps, val.ref_lines, metrics=HEADLINE)
     model.train()
     for i in range(3):
         log.info(
@@ -71,8 +73,7 @@ def validate(
         "val_loss": loss_sum / ntokens,
         "val_nll": nll_sum / ntokens,
         "val_ppl": math.exp(min(nll_sum / ntokens, 50.0)),
-        "val_bleu": scores["bleu"],
-        "val_chrf": scores["chrf"],
+        **{f"val_{metric.key}": scores[metric.key] for metric in HEADLINE},
         "valid_beam": cfg.train.valid_beam,
         "bleu_signature": scores["bleu_signature"],
     }

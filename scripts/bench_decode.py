@@ -18,10 +18,10 @@ import time
 import torch
 
 from mt.data import load_split
-from mt.distributed import resolve_device
-from mt.engine import Ct2Model
-from mt.rundir import decoding_model, load_run
-from mt.translate import score, search_lines
+from mt.ct2 import Ct2Model
+from mt.metrics import corpus_scores
+from mt.translate import search_lines
+from mt.translator import Translator
 
 
 def timed(model, tokenizer, lines, cfg, device: torch.device, use_cache: bool) -> tuple[float, list]:
@@ -46,23 +46,28 @@ def main() -> None:
         "--ct2-threads", help="ctranslate2's layout TRANSLATORSxTHREADS, e.g. 1x2 (default: 2x1)"
     )
     args = parser.parse_args()
-    overrides = [
-        f"decode.beam={args.beam}",
-        f"decode.engine={args.engine}",
-        f"decode.compute_type={args.compute_type}",
-    ]
-    if args.batch_tokens:
-        overrides.append(f"decode.batch_tokens={args.batch_tokens}")
-    cfg, tokenizer, model = load_run(args.run, overrides=overrides)
-    device = resolve_device(args.device)
     torch_threads = torch.get_num_threads()  # before CTranslate2 sets OpenMP's for its translators
-    model = decoding_model(args.run, cfg.decode, tokenizer, model, device)
+    translator = Translator.from_run(
+        args.run,
+        engine=args.engine,
+        device=args.device,
+        beam=args.beam,
+        compute_type=args.compute_type,
+        batch_tokens=args.batch_tokens,
+    )
+    cfg, tokenizer, model, device = (
+        translator.config,
+        translator.tokenizer,
+        translator.searcher,
+        translator.device,
+    )
+    decode = translator.decode
     if args.ct2_threads:
         layout = tuple(int(n) for n in args.ct2_threads.split("x"))
-        model = Ct2Model(model.folder, load_run(args.run)[2], tokenizer, cfg.decode, device, layout)
+        model = Ct2Model(model.folder, translator.model, tokenizer, decode, device, layout)
     src, ref = load_split(cfg.data, args.split)
-    timed(model, tokenizer, src[:50], cfg.decode, device, True)  # warm up allocator and kernels
-    seconds, found = timed(model, tokenizer, src, cfg.decode, device, True)
+    timed(model, tokenizer, src[:50], decode, device, True)  # warm up allocator and kernels
+    seconds, found = timed(model, tokenizer, src, decode, device, True)
     hyps = [h[0].tokens for h in found]
     result = {
         "run": args.run,
@@ -71,16 +76,16 @@ def main() -> None:
         "beam": args.beam,
         "engine": args.engine,
         "compute_type": args.compute_type,
-        "batch_tokens": cfg.decode.batch_tokens,
+        "batch_tokens": decode.batch_tokens,
         "device": str(device),
         "threads": torch_threads if args.engine == "torch" else "x".join(map(str, model.threads)),
         "seconds": round(seconds, 3),
         "sentences_per_s": round(len(src) / seconds, 1),
         "tokens_per_s": round(sum(len(h) + 1 for h in hyps) / seconds, 1),
-        "bleu": round(score(tokenizer.decode(hyps), ref)["bleu"], 2),
+        "bleu": round(corpus_scores(tokenizer.decode(hyps), ref)["bleu"], 2),
     }
     if not args.skip_uncached and args.engine == "torch":
-        uncached_seconds, uncached = timed(model, tokenizer, src, cfg.decode, device, False)
+        uncached_seconds, uncached = timed(model, tokenizer, src, decode, device, False)
         result.update(
             {
                 "uncached_seconds": round(uncached_seconds, 3),

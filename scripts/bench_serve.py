@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 from mt.data import load_split
-from mt.distributed import resolve_device
-from mt.rundir import decoding_model, load_run
+from mt.config import read_saved_config
+from mt.translator import Translator
 
 
 def free_port() -> int:
@@ -82,18 +82,13 @@ def client(port: int, lines: list[str], start: int, per_request: int, deadline: 
 
 
 def in_process(run: str, lines: list[str], size: int, engine: str) -> float:
-    """Sentences/s of `translate_nbest` (what `mt translate` does once loaded) on consecutive groups
+    """Sentences/s of `Translator.nbest` (what `mt translate` does once loaded) on consecutive groups
     of `size` lines, in this process, without HTTP: with size = all lines, `mt translate`'s rate; with
     the lines the clients keep in flight, the most the server could do with the batches it can form."""
-    from mt.translate import translate_nbest
-
-    cfg, tokenizer, model = load_run(run, overrides=[f"decode.engine={engine}"])
-    model = decoding_model(run, cfg.decode, tokenizer, model, resolve_device("cpu"))
+    translator = Translator.from_run(run, engine=engine, device="cpu")
     start = time.perf_counter()
     for i in range(0, len(lines), size):
-        translate_nbest(
-            model, tokenizer, lines[i : i + size], cfg.decode, "cpu", max_source_pieces=cfg.data.max_len
-        )
+        translator.nbest(lines[i : i + size])
     return len(lines) / (time.perf_counter() - start)
 
 
@@ -176,12 +171,11 @@ def main() -> None:
     parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"])
     args = parser.parse_args()
     engine = ["--engine", args.engine]
-    cfg, _, _ = load_run(args.run)
+    cfg = read_saved_config(Path(args.run) / "config.yaml")
     lines = load_split(cfg.data, "test")[0]
     wall, reference = baseline(args.run, lines, engine)
-    rate = 2 / sum(
-        1 / in_process(args.run, lines, len(lines), args.engine) for _ in range(2)
-    )  # noisy: the mean time of two
+    # noisy: the mean time of two
+    rate = 2 / sum(1 / in_process(args.run, lines, len(lines), args.engine) for _ in range(2))
     translate = {
         "sentences": len(lines),
         "wall_s": round(wall, 2),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mt.config import DataConfig
 from mt.data import load_split
-from mt.translate import score
+from mt.metrics import corpus_scores
 
 DOGS = ("dog", "dogs", "puppy", "puppies")
 
@@ -64,10 +64,12 @@ def score_runs(data: Path, runs: list[Path], name: str) -> None:
             raise SystemExit(f"{path}: not found; run `mt evaluate --run {run} --beam 5` first")
         hyp = path.read_text(encoding="utf-8").splitlines()
         parts = {
-            name: score([h for i, h in enumerate(hyp) if keep(i)], [r for i, r in enumerate(ref) if keep(i)])
+            name: corpus_scores(
+                [h for i, h in enumerate(hyp) if keep(i)], [r for i, r in enumerate(ref) if keep(i)]
+            )
             for name, keep in (("topic", lambda i: i in topic), ("rest", lambda i: i not in topic))
         }
-        every = score(hyp, ref)
+        every = corpus_scores(hyp, ref)
         print(
             f"| {run} | {path.name} | {parts['topic']['bleu']:.2f} | {parts['topic']['chrf']:.2f} | "
             f"{parts['rest']['bleu']:.2f} | {parts['rest']['chrf']:.2f} | {every['bleu']:.2f} |"

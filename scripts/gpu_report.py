@@ -37,14 +37,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # mt from this checkout, installed or not (the GPU machine)
 
 from mt.card import read_card  # noqa: E402
-from mt.toy import TINY_MODEL  # noqa: E402 - after the path; mt.toy imports no torch
 
 PARTS = ["env", "gpu-tests", "bench", "train", "resume", "cpu-suite"]
 PRECISIONS = ["fp32", "tf32", "bf16", "fp16"]
 CONFIGS = ["configs/multi30k.yaml", "configs/multi30k-gpu.yaml", "configs/multi30k-best.yaml"]
 GPU_CONFIG = "configs/multi30k-gpu.yaml"
-TINY_CONFIG = "configs/toy.yaml"
-TINY = TINY_MODEL + ["train.log_every=2", "train.valid_every=10"]
+TINY_CONFIG = "configs/tiny.yaml"
+TINY = ["train.log_every=2", "train.valid_every=10"]
 
 
 class Kit:
@@ -101,7 +100,7 @@ def json_lines(text: str) -> list[dict]:
 
 def part_env(kit: Kit) -> dict:
     import torch
-    from mt.card import cpu_name
+    from mt.provenance import cpu_name
     from mt.distributed import native_precisions, resolve_device
 
     device = resolve_device(kit.args.device)

@@ -17,8 +17,8 @@ import time
 from torch.profiler import ProfilerActivity, profile
 
 from mt.data import load_split
-from mt.rundir import load_run
 from mt.translate import search_lines
+from mt.translator import Translator
 
 KINDS = {  # profiler op name -> kind; ops not listed are "other ops"
     "matmul": ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm"),
@@ -45,9 +45,10 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--table", action="store_true")
     args = parser.parse_args()
-    cfg, tokenizer, model = load_run(args.run, overrides=[f"decode.beam={args.beam}"])
+    translator = Translator.from_run(args.run, device="cpu", beam=args.beam)
+    cfg, tokenizer, model = translator.config, translator.tokenizer, translator.model
     src, _ = load_split(cfg.data, args.split)
-    search_lines(model, tokenizer, src[:50], cfg.decode)  # warm up allocator and kernels
+    search_lines(model, tokenizer, src[:50], translator.decode)  # warm up allocator and kernels
     steps, rows = [0], [0]
     decode = model.decode
 
@@ -59,7 +60,7 @@ def main() -> None:
     model.decode = counted
     start = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        search_lines(model, tokenizer, src, cfg.decode)
+        search_lines(model, tokenizer, src, translator.decode)
     wall = time.perf_counter() - start
     self_ms = {e.key: e.self_cpu_time_total / 1000 for e in prof.key_averages()}
     split = {kind: sum(self_ms.get(op, 0.0) for op in ops) for kind, ops in KINDS.items()}

@@ -17,23 +17,34 @@ import pytest
 import torch
 
 from mt.cli import main
-from mt.config import ModelConfig, ServeLimits, TrainConfig, load_config
+from mt.config import ModelConfig, TrainConfig, load_config
+from mt.serving.limits import ServeLimits
 from mt.batching import BatchStream, Pairs
 from mt.evaluate import evaluate_run
 from mt.model import Seq2Seq
 from mt.rundir import load_run
 from mt.tokenizer import train_tokenizer
-from mt.toy import TINY_MODEL, toy_corpus
+from mt.toy import toy_corpus
 from mt.step import inverse_sqrt_lr, train_step
 from mt.train import train
 from mt.translate import translate_nbest
-from mt.worker import Worker
+from mt.serving.worker import Worker
+from mt.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # A tiny model on the small corpus (400 toy pairs), on one thread of the CPU (also where a GPU is
 # visible: tests/test_gpu.py chooses CUDA itself): every training test starts from this list and adds
 # what it is about. With max_tokens 400 an epoch is about 30 batches.
+# configs/tiny.yaml's model, on top of configs/toy.yaml: it trains in seconds on one CPU thread
+TINY_MODEL = [
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.layers=1",
+    "tokenizer.vocab_size=200",
+    "train.max_tokens=400",
+    "train.threads=1",
+]
 TINY = TINY_MODEL + ["train.device=cpu", "train.log_every=2", "train.valid_every=4", "data.corpus=files"]
 
 
@@ -228,7 +239,7 @@ def two_runs(tiny, tmp_path_factory):
     for name, eps in [("ls01", "0.1"), ("ls0", "0.0")]:
         cfg = load_config(ROOT / "configs/toy.yaml", tiny + REPORT + [f"train.label_smoothing={eps}"])
         train(cfg, root / name)
-        evaluate_run(root / name, "test", "cpu")
+        evaluate_run(Translator.from_run(root / name, device="cpu"), "test")
         runs.append(root / name)
     return runs
 
@@ -253,8 +264,7 @@ def served(tiny, tmp_path_factory):
 
 
 def make_worker(served, **limits) -> Worker:
-    run, cfg, tokenizer, model = served
-    return Worker(model, tokenizer, cfg, "cpu", ServeLimits(**limits))
+    return Worker(Translator.from_run(served[0], device="cpu"), ServeLimits(**limits))
 
 
 def expected(served, lines: list[str], prefixes=None, **options) -> list[list[tuple[str, float]]]:

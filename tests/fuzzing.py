@@ -313,7 +313,7 @@ def last_checkpoint(ws: Workspace, data: bytes) -> Outcome:
     import torch
     from mt.config import read_saved_config
     from mt.model import Seq2Seq
-    from mt.rundir import resume_checkpoint, restore
+    from mt.session import restore, resume_checkpoint
 
     run, _ = ws.fresh()
     (run / "last.pt").write_bytes(data)
@@ -359,7 +359,7 @@ def card_json(ws: Workspace, data: bytes) -> Outcome:
 def metrics_jsonl(ws: Workspace, data: bytes) -> Outcome:
     """`mt report` (and the resume checks) on a run with a damaged metrics.jsonl."""
     from mt.config import read_saved_config
-    from mt.rundir import resume_checkpoint
+    from mt.session import resume_checkpoint
 
     run, tmp = ws.fresh()
     (run / "metrics.jsonl").write_bytes(data)
@@ -496,6 +496,7 @@ def make_workspace(root: Path, corpus: Path) -> Workspace:
     set; then pin what the run measured (`pin_run`), so that the files are the same on every machine."""
     from mt.config import load_config
     from mt.evaluate import evaluate_run
+    from mt.translator import Translator
     from mt.train import train
 
     configs = root / "configs"
@@ -507,7 +508,7 @@ def make_workspace(root: Path, corpus: Path) -> Workspace:
     )
     run = root / "run"
     train(load_config(configs / "child.yaml"), run)
-    evaluate_run(run, "test", "cpu")
+    evaluate_run(Translator.from_run(run, device="cpu"), "test")
     pin_run(run, {str(root): "/fuzz/workspace", str(corpus): "/fuzz/corpus"})
     return Workspace(run, corpus, configs / "child.yaml", root / "scratch")
 

@@ -1,6 +1,7 @@
 """The page at `/`, driven in headless Chromium through Selenium: type German, get the translation and
 the heatmaps, pick a sentence, layer and head. Skipped where no Chromium and chromedriver are installed
-(Debian: apt-get install chromium chromium-driver).
+(Debian: apt-get install chromium chromium-driver; .ci/run does so). Selenium Manager is never asked (it
+would download a driver): both paths are given.
 
 MT_SERVE_RUN=DIR serves that run instead of a toy one; MT_SCREENSHOT=FILE keeps the screenshot
 (docs/serve/page.png was taken so, with the Multi30k run)."""
@@ -23,18 +24,29 @@ webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
-from mt.config import ServeLimits, load_config  # noqa: E402
-from mt.rundir import load_run  # noqa: E402
-from mt.serve import create_app, server_info  # noqa: E402
-from mt.worker import Worker  # noqa: E402
+from mt.config import load_config  # noqa: E402
+from mt.serving.app import create_app, server_info  # noqa: E402
+from mt.serving.limits import ServeLimits  # noqa: E402
+from mt.serving.worker import Worker  # noqa: E402
 from mt.train import train  # noqa: E402
+from mt.translator import Translator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
-DRIVER = shutil.which("chromedriver")
+
+
+def executable(*candidates: str) -> str | None:
+    """The first candidate that is an executable file: a path as it is, a bare name looked up on PATH."""
+    return next(filter(None, map(shutil.which, candidates)), None)
+
+
+CHROMIUM = executable("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
+DRIVER = executable("/usr/bin/chromedriver", "chromedriver")
+MISSING = " and ".join(name for name, path in (("Chromium", CHROMIUM), ("chromedriver", DRIVER)) if not path)
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="no Chromium/chromedriver"),
+    pytest.mark.skipif(
+        bool(MISSING), reason=f"no {MISSING} (Debian: apt-get install chromium chromium-driver)"
+    ),
 ]
 LINES = ["Ein Mann fährt mit dem Fahrrad durch die Stadt .", "Zwei Hunde spielen im Schnee ."]
 
@@ -51,13 +63,13 @@ def server(tiny, tmp_path_factory):
     )
     if not os.environ.get("MT_SERVE_RUN"):
         train(load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=6"]), run)
-    cfg, tokenizer, model = load_run(run)
-    worker = Worker(model, tokenizer, cfg, "cpu", ServeLimits())
+    translator = Translator.from_run(run, device="cpu")
+    worker = Worker(translator, ServeLimits())
     worker.start()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    app = create_app(worker, server_info(run, cfg, model, run / "best.pt", "cpu", ServeLimits()))
+    app = create_app(worker, server_info(translator, worker.limits))
     uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
@@ -69,7 +81,9 @@ def server(tiny, tmp_path_factory):
 
 
 @pytest.fixture
-def browser():
+def browser(tmp_path_factory):
+    """Headless Chromium, fit to run as root on a machine whose network is closed: no sandbox, no GPU, and
+    none of the background connections (updates, sync, QUIC) that would be refused; a fresh profile."""
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
@@ -79,6 +93,12 @@ def browser():
         "--no-sandbox",
         "--disable-gpu",
         "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
         "--window-size=1400,1150",
     ):
         options.add_argument(flag)

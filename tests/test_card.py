@@ -82,15 +82,3 @@ def test_a_card_result_without_its_length_penalty_is_named(capsys, run, tmp_path
     )
     assert file_hashes(run) == before
     assert not (tmp_path / "r.md").exists()
-
-
-def test_evaluations_are_named_by_every_setting_that_changes_their_output():
-    from mt.card import result_key, sampling_name
-    from mt.config import DecodeConfig
-
-    assert result_key("test", 1, 1.0) == "test"
-    assert result_key("test", 5, 0.6, "last", "ct2-int8") == "test-beam5-lp0.6-ct2-int8-last"
-    sampled = sampling_name(DecodeConfig(sample="topk:20", temperature=0.7, seed=3))
-    assert sampled == "topk20-t0.7-seed3" and sampling_name(DecodeConfig()) == ""
-    assert result_key("test", 1, 1.0, sampling=sampled) == "test-topk20-t0.7-seed3"
-    assert sampling_name(DecodeConfig(sample="topp:0.9")) == "topp0.9-seed0"

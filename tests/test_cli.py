@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from mt.translate import score
+from mt.metrics import corpus_scores
 from conftest import mt_cli
 
 
@@ -79,7 +79,9 @@ def test_train_translate_evaluate_toy(tmp_path, tiny):
     assert {"bleu", "chrf", "bleu_signature", "chrf_signature", "sentences"} <= set(scores)
     hyps, refs = ((run / scores[f]).read_text().splitlines() for f in ("hyp_file", "ref_file"))
     assert scores["sentences"] == len(hyps) == len(refs) == 40
-    assert scores["bleu"] == score(hyps, refs)["bleu"]  # the written translations give the recorded score
+    assert (
+        scores["bleu"] == corpus_scores(hyps, refs)["bleu"]
+    )  # the written translations give the recorded score
     assert f"BLEU {scores['bleu']:.2f}" in ev.stdout
 
 

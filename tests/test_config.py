@@ -17,7 +17,9 @@ from mt.config import (
 from mt.errors import ConfigError
 from conftest import run_main
 
-CONFIGS = sorted(Path(__file__).resolve().parents[1].glob("configs/*.yaml"))
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+# the recipes, and under experiments/ the configs that reproduce a document
+CONFIGS = sorted([*CONFIG_DIR.glob("*.yaml"), *CONFIG_DIR.glob("experiments/*.yaml")])
 
 
 def write(tmp_path, text: str) -> Path:
@@ -26,10 +28,11 @@ def write(tmp_path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(CONFIG_DIR)))
 def test_shipped_configs_validate(path):
     cfg = load_config(path)
     assert cfg.name == path.stem
+    assert cfg.base == "", f"{path}: a shipped config is self-contained, not chained onto a moving default"
 
 
 def test_yaml_round_trip(tmp_path):
@@ -152,7 +155,7 @@ def test_cuda_only_precisions_are_refused_on_cpu(tmp_path, precision):
 def test_one_path_from_user_options_to_a_checked_decode_config():
     """CLI flags, request options and a config file meet DecodeConfig in `decoding`: values are checked
     as config values, n_best <= beam, and every error is in the user's own spelling, naming the key."""
-    from mt.options import COMMAND_LINE, REQUEST, DecodeConfig, decoding
+    from mt.decode_config import COMMAND_LINE, REQUEST, DecodeConfig, decoding
 
     run = DecodeConfig(beam=4, length_penalty=0.6)
     assert decoding(run, {"beam": None, "n_best": 2, "batch_tokens": 999}, COMMAND_LINE) == DecodeConfig(

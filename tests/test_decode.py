@@ -14,7 +14,7 @@ import torch
 
 from conftest import TEXT_MODEL
 from mt.batching import source_batch
-from mt.options import COMMAND_LINE, DecodeConfig, decoding
+from mt.decode_config import COMMAND_LINE, DecodeConfig, decoding
 from mt.decode import Ensemble, Hypothesis, Sampler, beam_search, greedy_decode, length_penalty
 from mt.errors import ConfigError
 from mt.model import KVCache, Seq2Seq
@@ -24,8 +24,8 @@ from mt.translate import search_lines
 
 def test_cached_and_uncached_greedy_are_identical(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:8]))
-    cached = greedy_decode(any_model, src, mask, 1.0, 5, use_cache=True)
-    uncached = greedy_decode(any_model, src, mask, 1.0, 5, use_cache=False)
+    cached = greedy_decode(any_model, src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5), use_cache=True)
+    uncached = greedy_decode(any_model, src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5), use_cache=False)
     assert [h.tokens for h in cached] == [h.tokens for h in uncached]
     assert [h.logprob for h in cached] == pytest.approx([h.logprob for h in uncached], abs=1e-4)
     assert all(len(h.tokens) <= length + 5 for h, length in zip(cached, mask.sum(1).tolist()))
@@ -34,9 +34,9 @@ def test_cached_and_uncached_greedy_are_identical(any_model, tokenizer, toy):
 def test_greedy_one_by_one_equals_batched(any_model, tokenizer, toy):
     ids = tokenizer.encode(toy["test"][0][:8])
     src, mask = source_batch(ids)
-    batched = greedy_decode(any_model, src, mask, 1.0, 5)
+    batched = greedy_decode(any_model, src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5))
     for i, s in enumerate(ids):
-        [alone] = greedy_decode(any_model, *source_batch([s]), 1.0, 5)
+        [alone] = greedy_decode(any_model, *source_batch([s]), DecodeConfig(max_len_a=1.0, max_len_b=5))
         assert alone.tokens == batched[i].tokens
         assert alone.logprob == pytest.approx(batched[i].logprob, abs=1e-4)
         assert len(alone.tokens) <= len(s) + 1 + 5
@@ -74,9 +74,8 @@ class ScriptedModel(torch.nn.Module):
 
 def run(beam, alpha, n_best=3):
     src, mask = source_batch([[A, B, C]])
-    return beam_search(
-        ScriptedModel(), src, mask, beam=beam, max_len_a=1.0, max_len_b=5, alpha=alpha, n_best=n_best
-    )[0]
+    cfg = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=5, length_penalty=alpha, n_best=n_best)
+    return beam_search(ScriptedModel(), src, mask, cfg)[0]
 
 
 # By hand, beam 2. Step 1: a (.6), b (.4). Step 2 candidates: a-eos .34, b-c .33, a-c .26, b-eos .07;
@@ -110,7 +109,9 @@ def test_beam_search_computes_only_the_running_sentences_beams():
             return super().decode(tgt_in, memory, src_mask, cache, tgt_mask)
 
     src, mask = source_batch([[A], [A, B, C]])  # limits 2 and 4: the first is done after step 2
-    both = beam_search(Counting(), src, mask, beam=2, max_len_a=1.0, max_len_b=0, alpha=0.0, n_best=2)
+    both = beam_search(
+        Counting(), src, mask, DecodeConfig(beam=2, max_len_a=1.0, max_len_b=0, length_penalty=0.0, n_best=2)
+    )
     assert rows == [2, 4, 2]
     assert [h.tokens for h in both[0]] == [[A], [B, C]]  # at the limit: [b c] without eos
     assert [h.tokens for h in both[1]] == [[A], [B, C]]  # the hand-derived beam-2 search above
@@ -119,14 +120,19 @@ def test_beam_search_computes_only_the_running_sentences_beams():
 
 def test_greedy_takes_the_locally_best_path():
     src, mask = source_batch([[A, B, C]])
-    [greedy] = greedy_decode(ScriptedModel(), src, mask, 1.0, 5)
+    [greedy] = greedy_decode(ScriptedModel(), src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5))
     assert greedy.tokens == [A] and greedy.logprob == pytest.approx(math.log(0.34))
     assert [h.tokens for h in run(beam=1, alpha=0.0)] == [[A]]
 
 
 def test_length_limit_finishes_without_eos():
     src, mask = source_batch([[A]])  # limit = 1.0 * (1 + eos) + 0 = 2 tokens
-    hyps = beam_search(ScriptedModel(), src, mask, beam=2, max_len_a=1.0, max_len_b=0, alpha=0.0, n_best=2)[0]
+    hyps = beam_search(
+        ScriptedModel(),
+        src,
+        mask,
+        DecodeConfig(beam=2, max_len_a=1.0, max_len_b=0, length_penalty=0.0, n_best=2),
+    )[0]
     assert [h.tokens for h in hyps] == [[A], [B, C]]
     assert hyps[1].logprob == pytest.approx(math.log(0.33))  # no eos score: it was cut, not ended
 
@@ -137,19 +143,23 @@ def test_trained_model_ends_hypotheses_at_different_steps(trained_model, tokeniz
     ids = tokenizer.encode(toy["test"][0][:8])
     src, mask = source_batch(ids)
     limits = [len(s) + 1 + 5 for s in ids]  # a = 1, b = 5
-    greedy = greedy_decode(trained_model, src, mask, 1.0, 5)
+    greedy = greedy_decode(trained_model, src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5))
     ended = [len(h.tokens) for h, limit in zip(greedy, limits) if len(h.tokens) < limit]
     assert len(ended) >= 6 and len(set(ended)) >= 4
-    beams = beam_search(trained_model, src, mask, beam=3, max_len_a=1.0, max_len_b=5, n_best=3)
+    beams = beam_search(trained_model, src, mask, DecodeConfig(beam=3, max_len_a=1.0, max_len_b=5, n_best=3))
     assert len({len(h.tokens) for hyps in beams for h in hyps}) >= 6
-    random_model = greedy_decode(Seq2Seq(TEXT_MODEL, tokenizer.vocab_size).eval(), src, mask, 1.0, 5)
+    random_model = greedy_decode(
+        Seq2Seq(TEXT_MODEL, tokenizer.vocab_size).eval(), src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5)
+    )
     assert [len(h.tokens) for h in random_model] == limits  # no eos: every hypothesis hits the limit
 
 
 def test_beam_one_equals_greedy_on_a_model(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:8]))
-    greedy = greedy_decode(any_model, src, mask, 1.0, 5)
-    beam = beam_search(any_model, src, mask, beam=1, max_len_a=1.0, max_len_b=5, alpha=0.0)
+    greedy = greedy_decode(any_model, src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5))
+    beam = beam_search(
+        any_model, src, mask, DecodeConfig(beam=1, max_len_a=1.0, max_len_b=5, length_penalty=0.0)
+    )
     assert [h[0].tokens for h in beam] == [g.tokens for g in greedy]
     # float32 sums of ~30 log-probabilities, accumulated in another order: equal to ~1e-6 relative
     assert [h[0].score for h in beam] == pytest.approx([g.score for g in greedy], rel=1e-6, abs=1e-5)
@@ -165,8 +175,8 @@ def teacher_forced_logprob(model, src: torch.Tensor, src_mask: torch.Tensor, tar
 
 def test_n_best_scores_are_their_hypotheses_probabilities(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:5]))
-    n_best = beam_search(any_model, src, mask, beam=4, n_best=4)  # a = 1.5, b = 10, alpha = 1
-    one_best = beam_search(any_model, src, mask, beam=4, n_best=1)
+    n_best = beam_search(any_model, src, mask, DecodeConfig(beam=4, n_best=4))  # a = 1.5, b = 10, alpha = 1
+    one_best = beam_search(any_model, src, mask, DecodeConfig(beam=4, n_best=1))
     limits = (1.5 * mask.sum(1) + 10).long().tolist()
     for i, (hyps, best) in enumerate(zip(n_best, one_best)):
         assert len(hyps) == 4 and hyps[0] == best[0]
@@ -182,17 +192,17 @@ def test_n_best_scores_are_their_hypotheses_probabilities(any_model, tokenizer, 
 
 def test_beam_one_by_one_equals_batched(any_model, tokenizer, toy):
     ids = tokenizer.encode(toy["test"][0][:6])
-    batched = beam_search(any_model, *source_batch(ids), beam=3, n_best=3)
+    batched = beam_search(any_model, *source_batch(ids), DecodeConfig(beam=3, n_best=3))
     for i, s in enumerate(ids):
-        alone = beam_search(any_model, *source_batch([s]), beam=3, n_best=3)[0]
+        alone = beam_search(any_model, *source_batch([s]), DecodeConfig(beam=3, n_best=3))[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
         assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
 
 
 def test_cached_and_uncached_beam_are_identical(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:6]))
-    cached = beam_search(any_model, src, mask, beam=3, n_best=3)
-    uncached = beam_search(any_model, src, mask, beam=3, n_best=3, use_cache=False)
+    cached = beam_search(any_model, src, mask, DecodeConfig(beam=3, n_best=3))
+    uncached = beam_search(any_model, src, mask, DecodeConfig(beam=3, n_best=3), use_cache=False)
     assert [[h.tokens for h in hyps] for hyps in cached] == [[h.tokens for h in hyps] for hyps in uncached]
     assert [h.score for hyps in cached for h in hyps] == pytest.approx(
         [h.score for hyps in uncached for h in hyps], abs=1e-4

@@ -12,6 +12,7 @@ from mt.cli import main
 from mt.rundir import load_run
 from mt.translate import translate_lines
 from mt.evaluate import evaluate_run
+from mt.translator import Translator
 
 
 def test_a_runs_averaged_model_loads_translates_and_evaluates(tiny, tmp_path, capsys):
@@ -33,7 +34,7 @@ def test_a_runs_averaged_model_loads_translates_and_evaluates(tiny, tmp_path, ca
     assert len(translate_lines(model, tokenizer, ["Der Hund läuft.", "", "Die Frau liest."], cfg.decode)) == 3
     capsys.readouterr()
     assert main(["evaluate", "--run", str(run), "--checkpoint", "averaged"]) == 0
-    assert "lower-cased BLEU" in capsys.readouterr().out
+    assert "BLEU lc " in capsys.readouterr().out
     assert json.loads((run / "eval-test-averaged.json").read_text())["checkpoint"].endswith("averaged.pt")
     assert json.loads((run / "card.json").read_text())["training"]["best_metric"] == "bleu"
     assert main(["average", "--run", str(run), "--last", "3"]) == 0
@@ -45,7 +46,7 @@ def test_evaluate_rebuilds_a_missing_card_from_metrics(two_runs, tmp_path):
     run = tmp_path / "old"
     shutil.copytree(two_runs[0], run)
     (run / "card.json").unlink()  # as for a run trained before cards existed
-    evaluate_run(run, "test", "cpu")
+    evaluate_run(Translator.from_run(run, device="cpu"), "test")
     card = json.loads((run / "card.json").read_text())
     assert card["training"]["rebuilt_from_metrics"] is True
     assert (card["training"]["steps"], card["training"]["epochs"]) == (30, 1)
@@ -58,8 +59,8 @@ def test_evaluate_rebuilds_a_missing_card_from_metrics(two_runs, tmp_path):
 
 @pytest.mark.slow
 def test_an_ensemble_is_evaluated_as_a_setting_of_its_own(run, trained):
-    alone = evaluate_run(run, device="cpu", overrides=["decode.beam=2"])
-    together = evaluate_run(run, device="cpu", overrides=["decode.beam=2"], ensemble=[str(trained[0])])
+    alone = evaluate_run(Translator.from_run(run, device="cpu", beam=2))
+    together = evaluate_run(Translator.from_run(run, device="cpu", ensemble=[str(trained[0])], beam=2))
     assert (alone["key"], together["key"]) == ("test-beam2", "test-beam2-ens2")
     assert together["ensemble"] == [str(run), str(trained[0])]
     assert together["bleu"] == pytest.approx(alone["bleu"], abs=1e-6)  # a run with a copy of itself

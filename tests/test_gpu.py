@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mt.config import ModelConfig, TrainConfig, load_config
+from mt.config import DecodeConfig, ModelConfig, TrainConfig, load_config
 from mt.batching import make_batch, source_batch
 from mt.decode import beam_search, greedy_decode
 from mt.model import Seq2Seq
@@ -57,7 +57,7 @@ def test_cached_and_uncached_decoding_agree_on_cuda(trained_model, tokenizer, to
     src, mask = (t.cuda() for t in source_batch(tokenizer.encode(toy["test"][0][:16])))
     for search in (
         lambda c: greedy_decode(model, src, mask, use_cache=c),
-        lambda c: [h[0] for h in beam_search(model, src, mask, beam=4, use_cache=c)],
+        lambda c: [h[0] for h in beam_search(model, src, mask, DecodeConfig(beam=4), use_cache=c)],
     ):
         assert [h.tokens for h in search(True)] == [h.tokens for h in search(False)]
     trained_model.to("cpu")

@@ -48,4 +48,4 @@ def test_the_kit_runs_on_the_cpu(tmp_path):
     assert found["train"]["decode"]["beam5"]["sentences"] == 500
     assert found["resume"]["same_count"] and found["resume"]["max_abs_loss_diff"] == 0.0  # exact on a CPU
     text = (tmp_path / "report.md").read_text()
-    assert all(f"## {name} (ok" in text for name in parts) and "| toy | fp32 |" in text
+    assert all(f"## {name} (ok" in text for name in parts) and "| tiny | fp32 |" in text

@@ -47,7 +47,7 @@ def test_a_non_editable_install_finds_its_manifest(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [str(site / "mt" / "__init__.py"), "6", str(tmp_path / "cache" / "mt")]
-    assert sorted(p.name for p in (site / "mt" / "static").iterdir()) == [
+    assert sorted(p.name for p in (site / "mt" / "serving" / "static").iterdir()) == [
         "app.js",
         "index.html",
         "style.css",

@@ -8,7 +8,8 @@ from mt.batching import BatchStream, Pairs
 from mt.model import Seq2Seq
 from mt.tokenizer import train_tokenizer
 from mt.step import inverse_sqrt_lr, train_step
-from mt.translate import score, translate_lines
+from mt.metrics import corpus_scores
+from mt.translate import translate_lines
 
 
 @pytest.mark.slow
@@ -28,4 +29,4 @@ def test_overfit_100_toy_pairs(toy):
     assert stats.stepped and stats.target_tokens == batches[0].ntokens
     assert stats.nll / stats.target_tokens < 0.05
     hyps = translate_lines(model, tokenizer, src, DecodeConfig())
-    assert score(hyps, tgt)["bleu"] > 90
+    assert corpus_scores(hyps, tgt)["bleu"] > 90

@@ -9,6 +9,7 @@ import pytest
 from mt.cli import main
 from mt.errors import ConfigError
 from mt.evaluate import evaluate_run
+from mt.translator import Translator
 from mt.report import (
     Run,
     _p,
@@ -49,7 +50,7 @@ def test_report_refuses_runs_on_another_test_set(two_runs, small_corpus, tmp_pat
         )  # same text, reordered
     other = tmp_path / "other-run"
     shutil.copytree(two_runs[1], other)
-    evaluate_run(other, "test", "cpu", [f"data.dir={other_data}"])
+    evaluate_run(Translator.from_run(other, device="cpu", overrides=[f"data.dir={other_data}"]), "test")
     text = write_report([two_runs[0], other], tmp_path / "r.md")[0].read_text()
     assert (
         f"> **Not compared:** `{other}` was scored on a different test set (other references) than the "
@@ -75,7 +76,7 @@ def test_a_run_against_its_own_copy_is_not_significant(two_runs, tmp_path):
 def test_one_run_compares_two_of_its_evaluations(two_runs, tmp_path, capsys):
     """RUN@SETTING: a run's last.pt against its best.pt, on the same test set, in one report."""
     run = two_runs[0]
-    evaluate_run(run, "test", "cpu", checkpoint="last")
+    evaluate_run(Translator.from_run(run, "last", device="cpu"), "test")
     text = write_report([run, f"{run}@test-last"], tmp_path / "r.md")[0].read_text()
     rows = [line.split("|") for line in text.splitlines() if line.startswith("| ls01")]
     assert [r[1].strip().rstrip(" ★") for r in rows] == ["ls01", "ls01@test-last"]

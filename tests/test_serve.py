@@ -16,8 +16,8 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from mt.cli import main  # noqa: E402
-from mt.serve import create_app, server_info  # noqa: E402
-from mt.worker import Job  # noqa: E402
+from mt.serving.app import create_app, server_info  # noqa: E402
+from mt.serving.worker import Job  # noqa: E402
 from conftest import ODD, expected, make_worker  # noqa: E402
 
 
@@ -25,7 +25,7 @@ from conftest import ODD, expected, make_worker  # noqa: E402
 def client(served):
     worker = make_worker(served, max_lines=8, max_line_chars=2000, max_request_bytes=4000, max_beam=4)
     worker.start()
-    info = server_info(served[0], served[1], served[3], served[0] / "best.pt", "cpu", worker.limits)
+    info = server_info(worker.translator, worker.limits)
     with TestClient(create_app(worker, info), raise_server_exceptions=False) as c:
         yield c
 
@@ -167,8 +167,8 @@ LIMITS = [  # (body, status, error, name): every refusal, with the limits of the
     (
         {"lines": ["a"], "colour": 2},
         422,
-        "colour: unknown option; the options are lines, beam, n_best, length_penalty, sample, temperature, "
-        "seed, prefixes, alignments",
+        "colour: unknown option; the options are lines, beam, n_best, length_penalty, max_len_a, max_len_b, "
+        "sample, temperature, seed, prefixes, alignments",
         ("option", "colour"),
     ),
     (
@@ -373,4 +373,4 @@ def test_mt_serve_answers_over_loopback_and_stops_on_ctrl_c(served):
     finally:
         server.send_signal(signal.SIGINT)
         _, err = server.communicate(timeout=30)
-    assert server.returncode == 0 and err.splitlines()[-1].endswith("INFO mt.serve: stopped by Ctrl-C")
+    assert server.returncode == 0 and err.splitlines()[-1].endswith("INFO mt.serving.app: stopped by Ctrl-C")

@@ -15,7 +15,9 @@ import torch
 from mt.batching import make_batch
 from mt.config import DecodeConfig
 from mt.tokenizer import EOS
-from mt.translate import score, score_pairs, search_lines, split_pieces, translate_lines
+from mt.metrics import corpus_scores
+from mt.score import score_pairs
+from mt.translate import search_lines, split_pieces, translate_lines
 from mt.cli import main
 from conftest import run_main
 
@@ -41,7 +43,7 @@ def test_translate_restores_input_order(any_model, tokenizer, toy, beam):
 
 def test_bleu_of_identity_is_100():
     refs = ["The dog bit the man.", "It was not unexpected."]
-    result = score(refs, refs)
+    result = corpus_scores(refs, refs)
     assert result["bleu"] == pytest.approx(100.0) and result["chrf"] == pytest.approx(100.0)
     assert result["sentences"] == 2
 
@@ -52,7 +54,7 @@ def test_bleu_matches_sacrebleu_readme_example():
         ["The dog had bit the man.", "No one was surprised.", "The man had bitten the dog."],
     ]
     hyps = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]
-    result = score(hyps, *refs)
+    result = corpus_scores(hyps, *refs)
     assert result["bleu"] == pytest.approx(48.530827, abs=1e-6)
     assert result["bleu_signature"].startswith("nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:")
     assert result["chrf_signature"].startswith("nrefs:2|case:mixed|eff:yes|nc:6|nw:0|space:no|version:")
@@ -142,7 +144,7 @@ def test_translate_reads_gzip_input(capsys, run, tmp_path):
 
 def test_lowercased_bleu_ignores_case_and_cased_bleu_does_not():
     refs = ["The dog bit the man.", "It was not unexpected."]
-    result = score(["the DOG bit the man.", "it was NOT unexpected."], refs)
+    result = corpus_scores(["the DOG bit the man.", "it was NOT unexpected."], refs)
     assert result["bleu_lc"] == pytest.approx(100.0) and result["bleu"] < 50
     assert "case:lc" in result["bleu_lc_signature"] and "case:mixed" in result["bleu_signature"]
 

@@ -5,9 +5,9 @@ import dataclasses
 
 import pytest
 
-from mt.config import ServeLimits
-from mt.decode import Ensemble
-from mt.worker import Job, Worker
+from mt.serving.limits import ServeLimits
+from mt.translator import Translator
+from mt.serving.worker import Job, Worker
 from conftest import ODD, expected, make_worker
 
 
@@ -75,7 +75,7 @@ def test_merged_requests_keep_each_lines_own_prefix(served):
 
 def test_an_ensemble_of_the_model_with_itself_serves_what_the_model_does(served):
     run, cfg, tokenizer, model = served
-    worker = Worker(model, tokenizer, cfg, "cpu", ServeLimits(), Ensemble([model, model]))
+    worker = Worker(Translator.from_run(run, device="cpu", ensemble=[str(run)]), ServeLimits())
     job = Job.translate(ODD + ["Der Hund ."], dataclasses.replace(cfg.decode, beam=2, n_best=2))
     worker.queue.put(job)
     worker.start()

@@ -1,7 +1,7 @@
-"""The decoding thread of `mt serve`: the one thread that runs the model. It takes the queued jobs,
-merges those with the same decoding options into one `translate_nbest` call (attention jobs are never
-merged; each line keeps its own forced prefix) and hands each job its own lines' results. Needs no web
-framework: mt.serve puts HTTP around it.
+"""The decoding thread of `mt serve`: the one thread that calls the run's `Translator`. It takes the
+queued jobs, merges those with the same decoding options into one `Translator.nbest` call (attention
+jobs are never merged; each line keeps its own forced prefix) and hands each job its own lines'
+results. Needs no web framework: mt.serving.app puts HTTP around it.
 """
 
 from __future__ import annotations
@@ -14,15 +14,10 @@ import threading
 import time
 from typing import Callable, Hashable, NamedTuple
 
-import torch
-
-from mt.config import DecodeConfig, RunConfig, ServeLimits
-from mt.attention import alignment_json, attention_json, attention_maps, line_alignments
-from mt.decode import Ensemble
-from mt.engine import Ct2Model
-from mt.model import Seq2Seq
-from mt.tokenizer import Tokenizer
-from mt.translate import translate_nbest
+from mt.attention import alignment_json, attention_json
+from mt.decode_config import DecodeConfig
+from mt.serving.limits import ServeLimits
+from mt.translator import Translator
 
 log = logging.getLogger(__name__)
 
@@ -69,23 +64,13 @@ class Job:
 class Worker:
     """The one thread that runs the model: takes queued jobs, merges the ones it can, answers each.
 
-    `mt serve` runs it in the main thread (`run`), which also loaded the model: torch's CPU thread
+    `mt serve` runs it in the main thread (`run`), which also opened the run: torch's CPU thread
     pool then serves one thread only (decoding in a second thread beside a main thread that has used
     torch measured about half as fast here). Tests start it in a thread of its own (`start`)."""
 
-    def __init__(
-        self,
-        model: Seq2Seq,
-        tokenizer: Tokenizer,
-        cfg: RunConfig,
-        device: torch.device,
-        limits: ServeLimits,
-        searcher: Seq2Seq | Ensemble | Ct2Model | None = None,
-    ):
-        """`searcher` translates (default: `model`; `rundir.decoding_model` picks the engine, an
-        ensemble's first model is `model`); attention and alignments always read the torch `model`."""
-        self.model, self.tokenizer, self.cfg, self.device, self.limits = model, tokenizer, cfg, device, limits
-        self.searcher = model if searcher is None else searcher
+    def __init__(self, translator: Translator, limits: ServeLimits):
+        """`translator`: the opened run (any engine; attention and alignments read its torch model)."""
+        self.translator, self.limits = translator, limits
         # unbounded: `submit` keeps to max_queue, `stop` never waits
         self.queue: queue.Queue[Job | None] = queue.Queue()
         self.running = threading.Event()
@@ -114,17 +99,10 @@ class Worker:
     def translate(
         self, lines: list[str], decode: DecodeConfig, prefixes: list[str], alignments: bool = False
     ) -> list[Translated]:
-        found = translate_nbest(
-            self.searcher,
-            self.tokenizer,
-            lines,
-            decode,
-            self.device,
-            max_source_pieces=self.cfg.data.max_len,
-            prefixes=prefixes if any(prefixes) else None,
-        )
+        options = dataclasses.asdict(decode)
+        found = self.translator.nbest(lines, prefixes if any(prefixes) else None, **options)
         aligned = (
-            line_alignments(self.model, self.tokenizer, lines, [hyps[0][0] for hyps in found])
+            self.translator.align(lines, [hyps[0][0] for hyps in found])
             if alignments
             else [None] * len(lines)
         )
@@ -132,9 +110,11 @@ class Worker:
 
     def attention(self, lines: list[str], decode: DecodeConfig, index: int) -> list:
         """[line index's attention and word alignment], as JSON here: torch stays in this thread."""
-        found = attention_maps(self.model, self.tokenizer, lines, decode, self.device)[index]
-        page = attention_json(found, self.model.cfg.n_heads)
-        page["alignment"] = alignment_json(self.model, self.tokenizer, lines[index], found.translation)
+        t = self.translator
+        with t.lock:
+            found = t.attention(lines, **dataclasses.asdict(decode))[index]
+            page = attention_json(found, t.model.cfg.n_heads)
+            page["alignment"] = alignment_json(t.model, t.tokenizer, lines[index], found.translation)
         return [page]
 
     def _take(self) -> list[Job] | None:

@@ -1,12 +1,13 @@
-"""`mt serve`: one loaded model behind HTTP (FastAPI on uvicorn), and the attention explorer page.
+"""`mt serve`'s HTTP API (FastAPI on uvicorn) and the attention explorer page, in front of one opened
+run (mt.translator's `Translator`).
 
 The event loop (uvicorn, in a thread of its own) only parses, checks and answers requests; one
-decoding thread (the main one) owns the model. It takes every waiting request, and those that keep
-coming less than `max_wait_ms` apart, merges the ones with the same decoding options into one call
-of `translate_nbest` (which sorts their lines into token-budget batches, as `mt translate` does a
-file) and hands each request its own lines' results back, in order. Lines go through the same code
-as there: control characters (a newline too) become spaces, an empty line gives an empty
-translation, a line longer than the model takes is translated in parts.
+decoding thread (the main one, mt.serving.worker) calls the Translator. It takes every waiting
+request, and those that keep coming less than `max_wait_ms` apart, merges the ones with the same
+decoding options into one `Translator.nbest` call (which sorts their lines into token-budget
+batches, as `mt translate` does a file) and hands each request its own lines' results back, in
+order. Lines go through the same code as there: control characters (a newline too) become spaces,
+an empty line gives an empty translation, a line longer than the model takes is translated in parts.
 
 Every error is JSON {"error": one line, ...}: 413 for a request over a limit ("limit": its name), 422
 for a bad option ("option": its name, which also leads the message), 503 when the queue is full or
@@ -25,23 +26,23 @@ import socket
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
-import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
 from starlette.exceptions import HTTPException
 
 from mt.card import card_summary
-from mt.config import RunConfig, ServeLimits
-from mt.options import REQUEST, DecodeConfig, decoding
+from mt.decode_config import REQUEST, DecodeConfig, decoding
 from mt.errors import ConfigError, ServeError
-from mt.lineage import ensemble_of
-from mt.model import Seq2Seq, count_parameters
-from mt.rundir import checkpoint_path, decoding_model, load_run
-from mt.worker import Job, Overloaded, Translated, Worker
+from mt.model import count_parameters
+from mt.schema import fields_of
+from mt.serving.limits import ServeLimits
+from mt.serving.worker import Job, Overloaded, Translated, Worker
+from mt.translator import Translator
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).parent / "static"
@@ -57,22 +58,30 @@ class Refused(Exception):
         self.status, self.name = status, name
 
 
-class TranslateRequest(BaseModel):
-    """A request's lines and decoding options: each option is named as in DecodeConfig, which
-    `request_decoding` fills from them."""
+SERVER_CHOSEN = ("engine", "compute_type", "batch_tokens")  # fixed when mt serve starts (its flags)
 
-    model_config = ConfigDict(extra="forbid")
-    lines: list[StrictStr]
-    beam: StrictInt | None = Field(None, ge=1, description="beam size; 1 = greedy; default: the run's")
-    n_best: StrictInt | None = Field(
-        None, ge=1, description="hypotheses per line (<= beam); sampling: draws per line"
-    )
-    length_penalty: float | None = Field(None, ge=0, le=10, allow_inf_nan=False, description="GNMT alpha")
-    sample: StrictStr | None = Field(None, description="topk:K or topp:P: draw each token (beam 1)")
-    temperature: float | None = Field(None, gt=0, le=100, allow_inf_nan=False, description="sampling's")
-    seed: StrictInt | None = Field(None, description="sampling's: with a line's index, seeds its draws")
-    prefixes: list[StrictStr] | None = Field(None, description='a target prefix per line ("": none)')
-    alignments: StrictBool = Field(False, description="add each 1-best's word alignment (Pharaoh i-j)")
+
+def request_field(name: str) -> tuple[Any, Any]:
+    """A request's field for DecodeConfig's option `name`: its type (no coercion: "4" is not a beam),
+    bounds and help, from the option itself; None keeps the server's value."""
+    field, kind = fields_of(DecodeConfig)[name]
+    meta = field.metadata
+    bounds = {} if meta.get("lo") is None else {"gt" if meta.get("lo_open") else "ge": meta["lo"]}
+    bounds |= {} if meta.get("hi") is None else {"le": meta["hi"]}
+    bounds |= {"allow_inf_nan": False} if kind is float else {}
+    strict = {int: StrictInt, str: StrictStr, float: float}[kind]
+    return strict | None, Field(None, description=meta["help"] + "; default: the server's", **bounds)
+
+
+# A request's lines and decoding options, each option named as in DecodeConfig (`request_decoding`).
+TranslateRequest = create_model(
+    "TranslateRequest",
+    __config__=ConfigDict(extra="forbid"),
+    lines=(list[StrictStr], ...),
+    **{name: request_field(name) for name in fields_of(DecodeConfig) if name not in SERVER_CHOSEN},
+    prefixes=(list[StrictStr] | None, Field(None, description='a target prefix per line ("": none)')),
+    alignments=(StrictBool, Field(False, description="add each 1-best's word alignment (Pharaoh i-j)")),
+)
 
 
 class AttentionRequest(TranslateRequest):
@@ -208,31 +217,23 @@ def error_response(e: Exception) -> JSONResponse:  # Refused, Overloaded, or a b
     )
 
 
-def server_info(
-    run_dir: Path,
-    cfg: RunConfig,
-    model: Seq2Seq,
-    checkpoint: Path,
-    device: torch.device,
-    limits: ServeLimits,
-    ensemble: list[str] = (),
-) -> dict:
-    m = model.cfg
+def server_info(translator: Translator, limits: ServeLimits) -> dict:
+    t, m = translator, translator.model.cfg
     return {
-        "name": cfg.name,
-        "run": str(run_dir),
-        "checkpoint": str(checkpoint),
-        "ensemble": [str(run_dir), *ensemble] if ensemble else None,
-        "device": str(device),
+        "name": t.config.name,
+        "run": str(t.run),
+        "checkpoint": str(t.checkpoint),
+        "ensemble": [str(t.run), *t.ensemble] if t.ensemble else None,
+        "device": str(t.device),
         "model": {
             "layers": m.layers,
             "d_model": m.d_model,
             "heads": m.n_heads,
-            "vocab_size": model.vocab_size,
-            "parameters": count_parameters(model),
+            "vocab_size": t.model.vocab_size,
+            "parameters": count_parameters(t.model),
         },
-        "decode": {k: getattr(cfg.decode, k) for k in ("beam", "n_best", "length_penalty", "engine")},
-        "card": card_summary(run_dir),
+        "decode": {k: getattr(t.decode, k) for k in ("beam", "n_best", "length_penalty", "engine")},
+        "card": card_summary(t.run),
         "limits": dataclasses.asdict(limits),
     }
 
@@ -261,9 +262,8 @@ def create_app(worker: Worker, info: dict) -> FastAPI:
         yield
         worker.stop()
 
-    app = FastAPI(
-        title="mt", version="1", docs_url=None, redoc_url=None, lifespan=lifespan
-    )  # docs need a CDN
+    # no /docs or /redoc: their pages load scripts from a CDN
+    app = FastAPI(title="mt", version="1", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.worker = worker
     app.add_middleware(BodyLimit, limit=worker.limits.max_request_bytes)
     app.mount("/static", StaticFiles(directory=PAGE), name="static")
@@ -306,7 +306,7 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
         asked, the best one's word alignment; each line's translation starts with its prefix, if any."""
         lines, decode = (
             checked_lines(req.lines, worker.limits),
-            request_decoding(worker.cfg.decode, req, worker.limits),
+            request_decoding(worker.translator.decode, req, worker.limits),
         )
         job = Job.translate(lines, decode, checked_prefixes(req, lines, worker.limits), req.alignments)
         return translation_json(await run(job) if lines else [], decode)
@@ -318,7 +318,7 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
         alignment (`alignment`: the words of both sides and the pairs)."""
         lines, decode = (
             checked_lines(req.lines, worker.limits),
-            request_decoding(worker.cfg.decode, req, worker.limits),
+            request_decoding(worker.translator.decode, req, worker.limits),
         )
         return (await run(Job.attention(lines, decode, attention_index(req, lines))))[0]
 
@@ -353,29 +353,13 @@ def check_port(host: str, port: int) -> None:
         raise ServeError(f"{host}:{port}: cannot listen ({reason}); pick another --port or --host") from None
 
 
-def serve(
-    run_dir: Path,
-    checkpoint: str,
-    host: str,
-    port: int,
-    device: torch.device,
-    limits: ServeLimits,
-    overrides: list[str] = (),
-    ensemble: list[str] = (),
-) -> None:
-    """Load the run and serve it until Ctrl-C: HTTP in a thread, decoding in this one. `overrides`
-    (decode.beam=5, ...) set the decoding options of requests that do not name them; `ensemble`: other
-    runs (the same checkpoint of each) that decode with it as one."""
+def serve(translator: Translator, host: str, port: int, limits: ServeLimits) -> None:
+    """Serve an opened run until Ctrl-C: HTTP in a thread, decoding in this one. The run's decoding
+    options (from_run's) are those of requests that do not name them."""
     import uvicorn
 
-    check_port(host, port)
-    path = checkpoint_path(run_dir, checkpoint)  # once: "best" may warn that it falls back to last.pt
-    cfg, tokenizer, model = load_run(run_dir, str(path), overrides)
-    model = model.to(device)
-    searcher = ensemble_of(run_dir, list(ensemble), checkpoint, tokenizer, model, cfg.decode)
-    searcher = decoding_model(run_dir, cfg.decode, tokenizer, searcher, device, whole_files=False)
-    worker = Worker(model, tokenizer, cfg, device, limits, searcher)
-    info = server_info(run_dir, cfg, model, path, device, limits, ensemble)
+    worker = Worker(translator, limits)
+    info = server_info(translator, limits)
     http = uvicorn.Server(uvicorn.Config(create_app(worker, info), host=host, port=port, log_level="warning"))
     worker.running.set()  # requests are taken from the first one on; `run` below answers them
     threading.Thread(target=lambda: (http.run(), worker.stop()), name="mt-http", daemon=True).start()
@@ -384,7 +368,9 @@ def serve(
             "serving on %s: anyone who can reach this machine can use it (mt serve has no authentication)",
             host,
         )
-    log.info("serving %s (%s) on http://%s:%d/ ; Ctrl-C stops", run_dir, info["checkpoint"], host, port)
+    log.info(
+        "serving %s (%s) on http://%s:%d/ ; Ctrl-C stops", translator.run, info["checkpoint"], host, port
+    )
     try:
         worker.run()
     except KeyboardInterrupt:

@@ -1,6 +1,6 @@
-"""Runs built on other runs: where a run starts from, another run's weights (`train.init_from`,
-fine-tuning) or its tokenizer (`tokenizer.from_run`), each checked before the run writes anything, and
-the lineage its card records; and runs that decode together (`ensemble_of`), which share a tokenizer.
+"""A run's parent: the run whose weights (`train.init_from`, fine-tuning) or tokenizer
+(`tokenizer.from_run`) it starts from, each checked before the run writes anything, and the lineage its
+card records. (Runs that decode together, an ensemble, are opened by mt.translator.)
 
 A child of `train.init_from: RUN[@best|last|averaged|FILE]` starts from that checkpoint's weights with
 a fresh optimizer, step counter and schedule, and tokenizes with RUN's spm.model unchanged. Its model
@@ -17,11 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mt.checkpoint import load_checkpoint, stored_config
-from mt.config import DecodeConfig, RunConfig, read_saved_config
-from mt.decode import Ensemble
+from mt.config import RunConfig, read_saved_config
 from mt.errors import ConfigError, RunDirError
-from mt.model import Seq2Seq
-from mt.rundir import checkpoint_path, load_run, run_tokenizer
+from mt.rundir import checkpoint_path, run_tokenizer
 from mt.tokenizer import Tokenizer
 
 TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout")  # model keys a child may change
@@ -106,30 +104,3 @@ def mismatches(theirs: RunConfig, ours: RunConfig, section: str, source: Path, i
     return [
         f"{section}.{k}: {a[k]!r} in {source}, {b[k]!r} here" for k in a if k not in ignore and a[k] != b[k]
     ]
-
-
-def ensemble_of(
-    run_dir: str | Path,
-    others: list[str],
-    checkpoint: str,
-    tokenizer: Tokenizer,
-    model: Seq2Seq,
-    decode: DecodeConfig,
-) -> Seq2Seq | Ensemble:
-    """`model` (run_dir's), or with `others` it and the same checkpoint of each of those runs decoding
-    as one Ensemble (the torch engine). The runs must share one tokenizer (one spm.model:
-    tokenizer.from_run), else a one-line refusal."""
-    if not others:
-        return model
-    if decode.engine != "torch":
-        raise ConfigError("--ensemble decodes with the torch engine: add --engine torch", "engine")
-    models = [model]
-    for other in others:
-        _, theirs, other_model = load_run(other, checkpoint)
-        if theirs.sha256 != tokenizer.sha256:
-            raise RunDirError(
-                f"--ensemble {other}: its spm.model is not {run_dir}'s; the runs of an ensemble share one "
-                f"tokenizer (train them with tokenizer.from_run: {run_dir})"
-            )
-        models.append(other_model)
-    return Ensemble(models)

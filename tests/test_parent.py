@@ -14,7 +14,7 @@ from mt import corpus
 from mt.batching import BatchStream
 from mt.card import read_card
 from mt.config import load_config
-from mt.lineage import parse_init_from
+from mt.parent import parse_init_from
 from mt.loss import batch_loss
 from mt.model import Seq2Seq
 from mt.tokenizer import PAD, Tokenizer

@@ -1,0 +1,198 @@
+"""Decoding options: `DecodeConfig`, every option of a search in one frozen dataclass, and what is
+derived from it: the one path from a user's options (command-line flags, an HTTP request's fields, a
+config file's decode section, the Python API's keywords) to a checked DecodeConfig, whose errors speak
+the user's spelling of each option, and the name of an evaluation decoded with it.
+
+A new decoding option is one field here (with its `help`): the flags (mt.arguments), the HTTP fields
+(mt.serving.app), the API's keywords (mt.translator) and the evaluation names follow from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from mt.errors import ConfigError
+from mt.schema import Mismatch, check_value, choice, fields_of, within
+
+# CTranslate2's types of weights and arithmetic (decode.compute_type); default: the type exported
+COMPUTE_TYPES = (
+    "default",
+    "float32",
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "float16",
+    "bfloat16",
+)
+QUANTIZATIONS = ("none", *COMPUTE_TYPES[1:])  # what `mt export --quantization` stores
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    beam: int = within(1, 1, help="beam size; 1 = greedy")
+    n_best: int = within(
+        1, 1, help="hypotheses per line, Moses format (<= beam; with --sample: draws per line)"
+    )
+    length_penalty: float = within(
+        1.0, 0.0, help="GNMT alpha: rank by logprob / ((5 + length) / 6) ** alpha; 0 = raw log-probability"
+    )
+    max_len_a: float = within(1.5, 0.0, help="output length limit = a * source length + b: a")
+    max_len_b: int = within(10, 1, help="output length limit = a * source length + b: b")
+    batch_tokens: int = within(6000, 16, help="source tokens (padding included) per decoding batch")
+    engine: str = choice(
+        "torch", "torch", "ctranslate2", help="ctranslate2: the run's `mt export` (DIR/ct2, mt.ct2)"
+    )
+    compute_type: str = choice(
+        "default", *COMPUTE_TYPES, help="ctranslate2's weights and arithmetic, chosen as it loads, e.g. int8"
+    )
+    sample: str = dataclasses.field(
+        default="",
+        metadata={"help": "draw each token instead of searching (beam 1)", "metavar": "topk:K|topp:P"},
+    )
+    temperature: float = within(1.0, 0.0, lo_open=True, help="sampling temperature (> 0): divides the logits")
+    seed: int = dataclasses.field(
+        default=0, metadata={"help": "sampling seed: a line's draws depend on it and the line only"}
+    )
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How a user writes decoding options, so that an error speaks their language: on the command line
+    (--n-best 3), in an HTTP request (n_best: 3), in a config file (decode.n_best: 3), as a keyword of
+    the Python API (n_best=3)."""
+
+    name: Callable[[str], str]  # the option's name, from DecodeConfig's field name
+    lead: str  # how a message opens on an option's value: "{name} {value}"
+    verb: str  # what the user does to fix it: "add", "send", "set"
+    pair: str = "{name} {value}"  # an option and the value to give it, inside a message
+
+    def given(self, key: str, value: Any) -> str:
+        """How a message opens on the option `key` given `value`: "--n-best 3", "n_best: 3"."""
+        return self.lead.format(name=self.name(key), value=value)
+
+    def fix(self, key: str, value: Any) -> str:
+        """What the user does about it: "add --beam 3", "send beam 3", "pass beam=3"."""
+        return f"{self.verb} {self.pair.format(name=self.name(key), value=value)}"
+
+
+COMMAND_LINE = Spelling(lambda key: "--" + key.replace("_", "-"), "{name} {value}", "add")
+REQUEST = Spelling(str, "{name}: {value}", "send")
+CONFIG_FILE = Spelling(lambda key: f"decode.{key}", "{name}: {value}", "set")
+KEYWORD = Spelling(str, "{name}={value}", "pass", "{name}={value}")  # the Python API (mt.translator)
+
+
+def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling = CONFIG_FILE) -> DecodeConfig:
+    """`decode` with the user's decoding `options` (None: keep decode's), each checked as a config
+    value, and n_best <= beam: the one path from CLI flags, an HTTP request, a config file or the API's
+    keywords to a checked DecodeConfig. A ConfigError's `key` is the option to blame."""
+    fields = fields_of(DecodeConfig)
+    given = {}
+    for key, value in options.items():
+        if (
+            key not in fields
+        ):  # a keyword of the Python API (flags and requests are parsed against the fields)
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = (
+                f"did you mean {spelling.name(close[0])}?"
+                if close
+                else f"the options are {', '.join(fields)}"
+            )
+            raise ConfigError(f"{spelling.name(key)}: not a decoding option; {hint}", key)
+        if value is not None:
+            try:
+                given[key] = check_value(spelling.name(key), *fields[key], value)
+            except Mismatch as e:
+                raise ConfigError(str(e), key) from None
+    decode = dataclasses.replace(decode, **given)
+    if decode.compute_type != "default" and decode.engine != "ctranslate2":
+        raise ConfigError(
+            f"{spelling.given('compute_type', decode.compute_type)} is CTranslate2's: "
+            f"{spelling.fix('engine', 'ctranslate2')}",
+            "compute_type",
+        )
+    if decode.sample:
+        _check_sampling(decode, spelling)
+    if decode.n_best > decode.beam and not decode.sample:  # sampling: n_best draws per line
+        pair = spelling.pair.format(name=spelling.name("beam"), value=decode.beam)
+        beam = pair if "beam" in given else f"the run's beam ({decode.beam})"
+        raise ConfigError(
+            f"{spelling.given('n_best', decode.n_best)} is more than {beam}: beam search keeps only that "
+            f"many hypotheses; {spelling.fix('beam', decode.n_best)} or more",
+            "n_best",
+        )
+    return decode
+
+
+SAMPLE = re.compile(r"topk:[1-9][0-9]*|topp:(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)")
+
+
+def _check_sampling(decode: DecodeConfig, spelling: Spelling) -> None:
+    """decode.sample: topk:K or topp:P, greedy, torch (CTranslate2 draws from one stream a process)."""
+    lead = spelling.given("sample", decode.sample)
+    if not SAMPLE.fullmatch(decode.sample):
+        raise ConfigError(f"{lead}: expected topk:K (K >= 1) or topp:P (0 < P <= 1)", "sample")
+    if decode.beam > 1:
+        raise ConfigError(f"{lead} draws one token at a time: {spelling.fix('beam', 1)}", "sample")
+    if decode.engine != "torch":
+        raise ConfigError(
+            f"{lead} runs on the torch engine: CTranslate2 draws from one random stream per process, so "
+            f"a line's sample would depend on its batch; {spelling.fix('engine', 'torch')}",
+            "sample",
+        )
+
+
+def sampling_name(decode: DecodeConfig) -> str:
+    """How a sampled evaluation is told apart: topk20-t0.7-seed3 ("" when searching)."""
+    if not decode.sample:
+        return ""
+    temperature = f"-t{decode.temperature:g}" if decode.temperature != 1.0 else ""
+    return f"{decode.sample.replace(':', '')}{temperature}-seed{decode.seed}"
+
+
+def engine_name(decode: DecodeConfig) -> str:
+    """ "" for torch; ct2, or ct2-int8 where a compute type was chosen."""
+    if decode.engine == "torch":
+        return ""
+    return "ct2" if decode.compute_type == "default" else f"ct2-{decode.compute_type}"
+
+
+# How an evaluation's name spells the options that differ from DecodeConfig's defaults, in this order;
+# a part is left out where its options change nothing (a length penalty without a beam, a temperature
+# without sampling). A field in none of these is named `field=value`, so a new option can never let two
+# evaluations that may differ share a name. UNNAMED: options that cannot change the 1-best translations
+# an evaluation scores (n_best: beam search's best is the same, and draw 0 is what n_best 1 draws).
+NAME_PARTS: list[tuple[tuple[str, ...], Callable[[DecodeConfig], str]]] = [
+    (("beam",), lambda d: f"beam{d.beam}"),
+    (("length_penalty",), lambda d: f"lp{d.length_penalty:g}" if d.beam > 1 else ""),
+    (("max_len_a", "max_len_b"), lambda d: f"len{d.max_len_a:g}x+{d.max_len_b}"),
+    (("batch_tokens",), lambda d: f"bt{d.batch_tokens}"),  # padding may move a last-digit tie
+    (("engine", "compute_type"), engine_name),
+    (("sample", "temperature", "seed"), sampling_name),
+]
+UNNAMED = ("n_best",)
+
+
+def evaluation_name(split: str, decode: DecodeConfig, checkpoint: str = "best", ensemble: int = 1) -> str:
+    """How an evaluation is named in cards and eval files: the split, then each option that differs
+    from the defaults (test-beam5, test-beam5-lp0.6, -ct2-int8, -topk20-t0.7-seed3, ...), -ensN for an
+    ensemble of N runs, and -last (or another checkpoint's name) when it did not use best.pt."""
+    default = DecodeConfig()
+    differs = {
+        f.name
+        for f in dataclasses.fields(DecodeConfig)
+        if getattr(decode, f.name) != getattr(default, f.name)
+    }
+    parts = [split]
+    for fields, spell in NAME_PARTS:
+        if differs & set(fields):
+            parts.append(spell(decode))
+    named = {f for fields, _ in NAME_PARTS for f in fields} | set(UNNAMED)
+    parts += [f"{key}={getattr(decode, key)}" for key in sorted(differs - named)]
+    parts += [f"ens{ensemble}"] if ensemble > 1 else []
+    parts += [checkpoint] if checkpoint != "best" else []
+    return "-".join(part for part in parts if part)

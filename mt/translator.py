@@ -1,0 +1,229 @@
+"""The Python API: a trained run opened once, to translate, score and align with, `Translator`. Every
+command that uses a trained run (`mt translate`, `evaluate`, `score`, `serve`, `export`, `attention`)
+and the scripts open it here, and nowhere else.
+
+    from mt import Translator
+
+    translator = Translator.from_run("runs/multi30k", beam=5)
+    translator.translate(["Ein Hund rennt im Schnee.", ""])  # ["A dog runs in the snow.", ""]
+
+Opening a run reads its config, tokenizer and checkpoint (each checked: damage is a one-line error),
+adds the runs of an ensemble, and chooses the engine that searches: the torch model on `device`, or
+the run's CTranslate2 export (mt.ct2), checked to hold the same weights. Decoding options are
+DecodeConfig's fields, as keywords: those given to `from_run` change the run's decode config for every
+call, and a call may change any of them again but the engine and its compute type.
+
+Threads: one Translator may be shared by threads. Its calls run one at a time (`lock`), because a
+model's buffers and a CTranslate2 translator's thread pool serve one search at a time; `mt serve`'s
+decoding thread is its one caller there.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mt.attention import AttentionMap, attention_maps, line_alignments
+from mt.config import RunConfig, config_to_dict
+from mt.ct2 import Ct2Model, export_model
+from mt.decode import Ensemble
+from mt.decode_config import KEYWORD, DecodeConfig, Spelling, decoding
+from mt.distributed import resolve_device
+from mt.errors import ConfigError, RunDirError
+from mt.files import file_sha256
+from mt.model import Seq2Seq
+from mt.rundir import checkpoint_path, load_run
+from mt.score import Scored, score_lines
+from mt.tokenizer import Tokenizer
+from mt.translate import translate_lines, translate_nbest
+
+FIXED_AT_OPEN = ("engine", "compute_type")  # the searcher is built for them
+
+
+class Translator:
+    """A run opened for translation (see the module's docstring); `from_run` opens one.
+
+    run, checkpoint   the run directory and the checkpoint file loaded
+    config            the run's config, as trained (with `overrides`)
+    decode            the decoding options in force: the run's decode config and from_run's options
+    tokenizer, model  the run's tokenizer and torch model (scoring, attention and alignments use it)
+    searcher          what translation searches with: `model`, an Ensemble with it, or a Ct2Model
+    """
+
+    def __init__(
+        self,
+        run: Path,
+        checkpoint: Path,
+        config: RunConfig,
+        decode: DecodeConfig,
+        tokenizer: Tokenizer,
+        model: Seq2Seq,
+        searcher: Seq2Seq | Ensemble | Ct2Model,
+        device: torch.device,
+        ensemble: list[str],
+        spelling: Spelling = KEYWORD,
+    ):
+        self.run, self.checkpoint, self.config, self.decode = run, checkpoint, config, decode
+        self.tokenizer, self.model, self.searcher, self.device = tokenizer, model, searcher, device
+        self.ensemble, self.spelling = ensemble, spelling
+        self.lock = threading.RLock()  # held by every call; a caller may hold it across several
+
+    @classmethod
+    def from_run(
+        cls,
+        run: str | Path,
+        checkpoint: str = "best",
+        engine: str | None = None,
+        device: str | torch.device = "auto",
+        ensemble: list[str] | tuple[str, ...] = (),
+        *,
+        overrides: list[str] | tuple[str, ...] = (),
+        whole_files: bool = True,
+        spelling: Spelling = KEYWORD,
+        **options: Any,
+    ) -> Translator:
+        """Open `run` at `checkpoint` (best, last, averaged or a file: `rundir.checkpoint_path`).
+
+        engine: torch or ctranslate2 (the run's `mt export`); None: the run's decode.engine (torch
+        unless its config says otherwise). device: auto, cpu or cuda. ensemble: other runs whose same
+        checkpoint decodes with this one (one tokenizer; torch). overrides: `key.path=value` changes
+        of the run's config (data.dir=...). whole_files: CTranslate2's threads for translating files
+        (False: for a server's one batch at a time). spelling: how errors name an option (the CLI
+        passes its flags'). options: DecodeConfig fields (None: the run's).
+        """
+        run = Path(run)
+        path = checkpoint_path(run, checkpoint)  # once: "best" may warn that it falls back to last.pt
+        config, tokenizer, model = load_run(run, str(path), overrides)
+        decode = decoding(config.decode, {"engine": engine, **options}, spelling)
+        device = resolve_device(device) if isinstance(device, str) else device
+        model = model.to(device)
+        searcher = ensemble_of(run, list(ensemble), checkpoint, tokenizer, model, decode, spelling)
+        searcher = engine_for(run, decode, tokenizer, searcher, device, whole_files)
+        return cls(run, path, config, decode, tokenizer, model, searcher, device, list(ensemble), spelling)
+
+    def options(self, **options: Any) -> DecodeConfig:
+        """The decoding options in force with `options` changed (None: keep), checked."""
+        for key in FIXED_AT_OPEN:
+            value = options.get(key)
+            if value not in (None, getattr(self.decode, key)):
+                raise ConfigError(
+                    f"{self.spelling.given(key, value)}: the engine is chosen when the run is opened; "
+                    f"open it again and {self.spelling.fix(key, value)}",
+                    key,
+                )
+        return decoding(self.decode, options, self.spelling)
+
+    def translate(self, lines: list[str], prefixes: list[str] | None = None, **options: Any) -> list[str]:
+        """The 1-best translation of each line, one string per line in input order ("" for ""): lines
+        are sorted by length into token-budget batches, a line longer than the model takes is
+        translated in parts. `prefixes`: one per line ("" for none), which its translation starts with."""
+        decode = self.options(**options)
+        with self.lock:
+            return translate_lines(
+                self.searcher, self.tokenizer, list(lines), decode, self.device, self.max_source, prefixes
+            )
+
+    def nbest(
+        self, lines: list[str], prefixes: list[str] | None = None, **options: Any
+    ) -> list[list[tuple[str, float]]]:
+        """Up to n_best (translation, score) pairs per line, best first (sampling: n_best draws, in the
+        order drawn); `translate`'s batching and prefixes."""
+        decode = self.options(**options)
+        with self.lock:
+            return translate_nbest(
+                self.searcher, self.tokenizer, list(lines), decode, self.device, self.max_source, prefixes
+            )
+
+    def score(self, sources: list[str], references: list[str], **options: Any) -> list[Scored]:
+        """What `mt score` prints: each reference's teacher-forced log-probability given its source, per
+        piece and eos, their sum, and the GNMT score (length_penalty) that n-best lists rank by."""
+        decode = self.options(**options)
+        with self.lock:
+            return score_lines(
+                self.model, self.tokenizer, list(sources), list(references), decode, self.device
+            )
+
+    def align(self, lines: list[str], translations: list[str]) -> list[str]:
+        """Each line's word alignment to its translation (any engine's), Pharaoh `i-j` pairs read from
+        the torch model's last cross-attention."""
+        with self.lock:
+            return line_alignments(self.model, self.tokenizer, list(lines), list(translations))
+
+    def attention(self, lines: list[str], **options: Any) -> list[AttentionMap]:
+        """Translate the lines as one batch with the torch model and return each one's attention, of
+        every kind and layer, padding included (`mt attention`, the page's /attention)."""
+        decode = self.options(**options)
+        with self.lock:
+            return attention_maps(self.model, self.tokenizer, list(lines), decode, self.device)
+
+    def export(self, quantization: str = "none", out: str | Path | None = None) -> Path:
+        """`mt export`: the checkpoint as a CTranslate2 model directory (default RUN/ct2, which engine
+        ctranslate2 reads), with a note of the checkpoint's file, its sha256 and the run's config."""
+        folder = Path(out) if out else self.run / "ct2"
+        note = {
+            "checkpoint": self.checkpoint.name,
+            "checkpoint_sha256": file_sha256(self.checkpoint),
+            "config": config_to_dict(self.config),
+        }
+        with self.lock:
+            export_model(self.model, self.tokenizer, folder, quantization, note)
+        return folder
+
+    @property
+    def max_source(self) -> int:
+        """Source pieces a line may have before it is translated in parts: the run's data.max_len."""
+        return self.config.data.max_len
+
+
+def ensemble_of(
+    run: Path,
+    others: list[str],
+    checkpoint: str,
+    tokenizer: Tokenizer,
+    model: Seq2Seq,
+    decode: DecodeConfig,
+    spelling: Spelling = KEYWORD,
+) -> Seq2Seq | Ensemble:
+    """`model` (run's), or with `others` it and the same checkpoint of each of those runs decoding as
+    one Ensemble (the torch engine). The runs must share one tokenizer (one spm.model:
+    tokenizer.from_run), else a one-line refusal."""
+    if not others:
+        return model
+    name = spelling.name("ensemble")
+    if decode.engine != "torch":
+        raise ConfigError(
+            f"{name} decodes with the torch engine: {spelling.fix('engine', 'torch')}", "engine"
+        )
+    models = [model]
+    for other in others:
+        _, theirs, other_model = load_run(other, checkpoint)
+        if theirs.sha256 != tokenizer.sha256:
+            raise RunDirError(
+                f"{name} {other}: its spm.model is not {run}'s; the runs of an ensemble share one "
+                f"tokenizer (train them with tokenizer.from_run: {run})"
+            )
+        models.append(other_model)
+    return Ensemble(models)
+
+
+def engine_for(
+    run: Path,
+    decode: DecodeConfig,
+    tokenizer: Tokenizer,
+    model: Seq2Seq | Ensemble,
+    device: torch.device,
+    whole_files: bool = True,
+) -> Seq2Seq | Ensemble | Ct2Model:
+    """What translation searches with: the torch `model` on `device`, or for decode.engine ctranslate2
+    the run's CTranslate2 export (RUN/ct2, `mt export`), checked to hold the same weights. Threads:
+    beam search over `whole_files` runs one one-thread translator per thread, decoding batches side
+    by side; greedy search and serve's one batch at a time, one translator with all the threads (on
+    2 cores: beam 5 7% faster, greedy 8% slower the first way; scripts/bench_decode.py --ct2-threads)."""
+    if decode.engine == "torch":
+        return model.to(device)
+    n = torch.get_num_threads()
+    threads = (n, 1) if whole_files and decode.beam > 1 else (1, n)
+    return Ct2Model(run / "ct2", model, tokenizer, decode, device, threads)
