@@ -54,7 +54,7 @@ compare: install
 	$(BIN)/mt report $(foreach c,$(CONFIGS),runs/$(basename $(notdir $(c)))) --out $(REPORT)
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -90,7 +90,8 @@ def model_spec(model: Seq2Seq, tokenizer: Tokenizer):
 
 
 def _array(t: torch.Tensor):
-    return t.detach().float().cpu().numpy()
+    """A copy: CTranslate2 quantizes the arrays of a spec in place, and must not quantize the model."""
+    return t.detach().float().cpu().numpy().copy()
 
 
 def _linear(spec, weight: torch.Tensor, bias: torch.Tensor | None) -> None:

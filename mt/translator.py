@@ -121,6 +121,7 @@ class Translator:
         are sorted by length into token-budget batches, a line longer than the model takes is
         translated in parts. `prefixes`: one per line ("" for none), which its translation starts with."""
         decode = self.options(**options)
+        one_per_line("prefixes", prefixes, lines, ' ("" for none)')
         with self.lock:
             return translate_lines(
                 self.searcher, self.tokenizer, list(lines), decode, self.device, self.max_source, prefixes
@@ -132,6 +133,7 @@ class Translator:
         """Up to n_best (translation, score) pairs per line, best first (sampling: n_best draws, in the
         order drawn); `translate`'s batching and prefixes."""
         decode = self.options(**options)
+        one_per_line("prefixes", prefixes, lines, ' ("" for none)')
         with self.lock:
             return translate_nbest(
                 self.searcher, self.tokenizer, list(lines), decode, self.device, self.max_source, prefixes
@@ -141,6 +143,7 @@ class Translator:
         """What `mt score` prints: each reference's teacher-forced log-probability given its source, per
         piece and eos, their sum, and the GNMT score (length_penalty) that n-best lists rank by."""
         decode = self.options(**options)
+        one_per_line("references", references, sources)
         with self.lock:
             return score_lines(
                 self.model, self.tokenizer, list(sources), list(references), decode, self.device
@@ -149,6 +152,7 @@ class Translator:
     def align(self, lines: list[str], translations: list[str]) -> list[str]:
         """Each line's word alignment to its translation (any engine's), Pharaoh `i-j` pairs read from
         the torch model's last cross-attention."""
+        one_per_line("translations", translations, lines)
         with self.lock:
             return line_alignments(self.model, self.tokenizer, list(lines), list(translations))
 
@@ -176,6 +180,12 @@ class Translator:
     def max_source(self) -> int:
         """Source pieces a line may have before it is translated in parts: the run's data.max_len."""
         return self.config.data.max_len
+
+
+def one_per_line(name: str, items: list[str] | None, lines: list[str], none: str = "") -> None:
+    """`items` (None: not given) has one entry per line, else a ConfigError naming `name`."""
+    if items is not None and len(items) != len(lines):
+        raise ConfigError(f"{name}: {len(items)} given for {len(lines)} lines; give one per line{none}", name)
 
 
 def ensemble_of(

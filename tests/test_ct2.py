@@ -134,6 +134,15 @@ def test_without_the_package_the_engine_is_refused_in_one_line(monkeypatch):
 
 
 @pytest.mark.slow
+def test_a_quantized_export_leaves_the_model_as_it_was_and_loads(text_model, tokenizer, tmp_path):
+    """CTranslate2 quantizes a spec's arrays in place: they must be copies, not the model's own."""
+    before = {k: v.clone() for k, v in text_model.state_dict().items()}
+    folder = exported(text_model, tokenizer, tmp_path / "ct2", "int8")
+    assert all(torch.equal(before[k], v) for k, v in text_model.state_dict().items())
+    assert json.loads((folder / "mt_export.json").read_text())["quantization"] == "int8"
+    loaded(folder, text_model, tokenizer)  # its fingerprint is the checkpoint's weights'
+
+
 def test_other_weights_and_damaged_exports_are_refused(trained_model, text_model, tokenizer, tmp_path):
     folder = exported(trained_model, tokenizer, tmp_path / "ct2")
     with pytest.raises(RunDirError, match="exported from other weights than the checkpoint asked for"):

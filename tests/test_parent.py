@@ -1,4 +1,4 @@
-"""mt/lineage.py: a child run starts from its parent's weights and tokenizer, with a new optimizer and
+"""mt/parent.py: a child run starts from its parent's weights and tokenizer, with a new optimizer and
 schedule; it resumes as itself and --force-new starts it from the parent again; every mismatch and
 damaged parent is refused in one line with nothing written; tokenizer.from_run shares a vocabulary."""
 

@@ -1,4 +1,5 @@
-"""mt/serve.py: `mt serve`'s HTTP API (FastAPI's test client) around its decoding thread, and every refusal.
+"""mt/serving/app.py: `mt serve`'s HTTP API (FastAPI's test client) around its decoding thread, and
+every refusal.
 
 The server must answer exactly what `mt translate` writes for the same lines, one result per line,
 in order, whichever requests its worker merged."""

@@ -110,6 +110,12 @@ def test_options_are_checked_and_named_as_keywords(trained):
         translator.translate(["Der Hund ."], beem=2)
     assert str(e.value) == "beem: not a decoding option; did you mean beam?"
     assert translator.translate(["Der Hund ."], beam=2) == translator.translate(["Der Hund ."], beam=2)
+    with pytest.raises(ConfigError) as e:
+        translator.translate(["Der Hund .", "Die Katze ."], prefixes=["the"])
+    assert str(e.value) == 'prefixes: 1 given for 2 lines; give one per line ("" for none)'
+    with pytest.raises(ConfigError) as e:
+        translator.score(["Der Hund ."], [])
+    assert str(e.value) == "references: 0 given for 1 lines; give one per line"
     with pytest.raises(RunDirError) as e:
         Translator.from_run(run / "nope")
     assert str(e.value) == f"{run / 'nope'}: run directory not found"

@@ -1,4 +1,4 @@
-"""mt/worker.py: `mt serve`'s decoding thread driven directly: waiting requests merged into one batch
+"""mt/serving/worker.py: `mt serve`'s decoding thread driven directly: waiting requests merged into one batch
 and answered in order, other options decoded apart, a request whose client went away skipped."""
 
 import dataclasses

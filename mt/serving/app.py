@@ -42,7 +42,7 @@ from mt.model import count_parameters
 from mt.schema import fields_of
 from mt.serving.limits import ServeLimits
 from mt.serving.worker import Job, Overloaded, Translated, Worker
-from mt.translator import Translator
+from mt.translator import Translator, one_per_line
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).parent / "static"
@@ -113,12 +113,10 @@ def checked_prefixes(req: TranslateRequest, lines: list[str], limits: ServeLimit
     """The request's prefixes, one per line, within the limits (None when it gives none)."""
     if req.prefixes is None:
         return None
-    if len(req.prefixes) != len(lines):
-        raise Refused(
-            422,
-            "prefixes",
-            f'prefixes: {len(req.prefixes)} given for {len(lines)} lines; give one per line ("" for none)',
-        )
+    try:
+        one_per_line("prefixes", req.prefixes, lines, ' ("" for none)')
+    except ConfigError as e:
+        raise Refused(422, "prefixes", str(e)) from None
     return checked_lines(req.prefixes, limits, "prefixes")
 
 
