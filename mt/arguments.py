@@ -51,10 +51,10 @@ def _at_least(lo: float, kind: type = int):
 
 
 def _run_options(
-    p: argparse.ArgumentParser, decoding: tuple[str, ...] | None = None, skip=("n_best",)
+    p: argparse.ArgumentParser, decoding: tuple[str, ...] | None = None, skip=("n_best",), device=True
 ) -> None:
-    """--run, --checkpoint, --device and the decoding flags (`decoding`: only those; () for none),
-    shared by the commands that load a run."""
+    """--run, --checkpoint, --device (unless not `device`) and the decoding flags (`decoding`: only
+    those; () for none), shared by the commands that load a run."""
     p.add_argument("--run", help="run directory (required)")
     p.add_argument(
         "--checkpoint",
@@ -62,9 +62,10 @@ def _run_options(
         help="best (falls back to last.pt, with a warning, before the first validation), last, "
         "averaged (see `mt average`), or a path",
     )
-    p.add_argument(
-        "--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: a GPU if one is visible"
-    )
+    if device:
+        p.add_argument(
+            "--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: a GPU if one is visible"
+        )
     if decoding != ():
         _decoding_options(p, decoding, skip)
 
@@ -176,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", help="run directory (required)")
     p.add_argument("--last", type=_at_least(1), default=5, help="how many of the newest ckpt-*.pt to average")
     p = command("export", "write a checkpoint as a CTranslate2 model directory, for --engine ctranslate2")
-    _run_options(p, decoding=())
+    _run_options(p, decoding=(), device=False)  # CTranslate2 reads the weights from host memory
     p.add_argument("--quantization", default="none", choices=QUANTIZATIONS, help="the weights' stored type")
     p.add_argument("--out", help="model directory (default: RUN/ct2, which --engine ctranslate2 reads)")
     p = command(

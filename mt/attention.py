@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from mt.batching import make_batch, source_batch
-from mt.config import DecodeConfig
+from mt.decode_config import DecodeConfig
 from mt.data import normalize
 from mt.decode import search
 from mt.files import write_figure
@@ -148,13 +148,6 @@ def words_of(pieces: list[str]) -> list[str]:
         else:
             words[-1] += text
     return words
-
-
-def attention_for(
-    model: Seq2Seq, tokenizer: Tokenizer, line: str, cfg: DecodeConfig, device: torch.device | str = "cpu"
-) -> AttentionMap:
-    """Greedy-translate one line and return its attention (`mt attention` plots the cross-attention)."""
-    return attention_maps(model, tokenizer, [line], dataclasses.replace(cfg, beam=1), device)[0]
 
 
 def attention_json(found, heads: int) -> dict:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from mt.arguments import build_parser, one_line, parse
 from mt.config import load_config
-from mt.serving.limits import ServeLimits
 from mt.decode_config import COMMAND_LINE, DecodeConfig
 from mt.errors import ConfigError, DataError, RunDirError, UserError
 from mt.files import write_failure, write_text
+from mt.serving.limits import ServeLimits
 
 log = logging.getLogger("mt")
 
@@ -85,10 +85,8 @@ def _open(args: argparse.Namespace, **more):
     conflict is named in the flags' terms): the one way a command opens a trained run."""
     from mt.translator import Translator
 
-    options = {**_decoding_flags(args), **more}
-    return Translator.from_run(
-        args.run, args.checkpoint, device=args.device, spelling=COMMAND_LINE, **options
-    )
+    options = {"device": getattr(args, "device", "auto"), **_decoding_flags(args), **more}
+    return Translator.from_run(args.run, args.checkpoint, spelling=COMMAND_LINE, **options)
 
 
 def _read_input(path: str | None) -> list[str]:
@@ -232,8 +230,8 @@ def cmd_average(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     _setup_logging()
-    args.device = "cpu"  # CTranslate2 takes the weights from host memory
-    print(f"wrote {_open(args, engine='torch').export(args.quantization, args.out)}")
+    translator = _open(args, engine="torch", device="cpu")  # CTranslate2 takes the weights from host memory
+    print(f"wrote {translator.export(args.quantization, args.out)}")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:

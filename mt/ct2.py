@@ -33,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-from mt.config import DecodeConfig, ModelConfig
+from mt.config import ModelConfig
+from mt.decode_config import DecodeConfig
 from mt.decode import Hypothesis
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_failure

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from mt.config import DecodeConfig
+from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.tokenizer import BOS, EOS, PAD
 

@@ -39,7 +39,10 @@ class DecodeConfig:
         1, 1, help="hypotheses per line, Moses format (<= beam; with --sample: draws per line)"
     )
     length_penalty: float = within(
-        1.0, 0.0, help="GNMT alpha: rank by logprob / ((5 + length) / 6) ** alpha; 0 = raw log-probability"
+        1.0,
+        0.0,
+        10.0,
+        help="GNMT alpha: rank by logprob / ((5 + length) / 6) ** alpha; 0 = raw log-probability",
     )
     max_len_a: float = within(1.5, 0.0, help="output length limit = a * source length + b: a")
     max_len_b: int = within(10, 1, help="output length limit = a * source length + b: b")
@@ -54,7 +57,9 @@ class DecodeConfig:
         default="",
         metadata={"help": "draw each token instead of searching (beam 1)", "metavar": "topk:K|topp:P"},
     )
-    temperature: float = within(1.0, 0.0, lo_open=True, help="sampling temperature (> 0): divides the logits")
+    temperature: float = within(
+        1.0, 0.0, 100.0, lo_open=True, help="sampling temperature (> 0): divides the logits"
+    )
     seed: int = dataclasses.field(
         default=0, metadata={"help": "sampling seed: a line's draws depend on it and the line only"}
     )
@@ -161,19 +166,21 @@ def engine_name(decode: DecodeConfig) -> str:
     return "ct2" if decode.compute_type == "default" else f"ct2-{decode.compute_type}"
 
 
-# How an evaluation's name spells the options that differ from DecodeConfig's defaults, in this order;
-# a part is left out where its options change nothing (a length penalty without a beam, a temperature
-# without sampling). A field in none of these is named `field=value`, so a new option can never let two
+# How an evaluation's name spells the options that differ from DecodeConfig's defaults, in this order
+# (an ensemble's -ensN stands between the search's options and sampling's, where it always has); a part
+# is left out where its options change nothing (a length penalty without a beam, a temperature without
+# sampling). A field no part spells is named `field=value`, so a new option can never let two
 # evaluations that may differ share a name. UNNAMED: options that cannot change the 1-best translations
 # an evaluation scores (n_best: beam search's best is the same, and draw 0 is what n_best 1 draws).
-NAME_PARTS: list[tuple[tuple[str, ...], Callable[[DecodeConfig], str]]] = [
+Part = tuple[tuple[str, ...], Callable[[DecodeConfig], str]]
+SEARCH_PARTS: list[Part] = [
     (("beam",), lambda d: f"beam{d.beam}"),
     (("length_penalty",), lambda d: f"lp{d.length_penalty:g}" if d.beam > 1 else ""),
     (("max_len_a", "max_len_b"), lambda d: f"len{d.max_len_a:g}x+{d.max_len_b}"),
     (("batch_tokens",), lambda d: f"bt{d.batch_tokens}"),  # padding may move a last-digit tie
     (("engine", "compute_type"), engine_name),
-    (("sample", "temperature", "seed"), sampling_name),
 ]
+SAMPLING_PART: Part = (("sample", "temperature", "seed"), sampling_name)
 UNNAMED = ("n_best",)
 
 
@@ -182,17 +189,19 @@ def evaluation_name(split: str, decode: DecodeConfig, checkpoint: str = "best", 
     from the defaults (test-beam5, test-beam5-lp0.6, -ct2-int8, -topk20-t0.7-seed3, ...), -ensN for an
     ensemble of N runs, and -last (or another checkpoint's name) when it did not use best.pt."""
     default = DecodeConfig()
-    differs = {
+    differs = [
         f.name
         for f in dataclasses.fields(DecodeConfig)
         if getattr(decode, f.name) != getattr(default, f.name)
-    }
-    parts = [split]
-    for fields, spell in NAME_PARTS:
-        if differs & set(fields):
-            parts.append(spell(decode))
-    named = {f for fields, _ in NAME_PARTS for f in fields} | set(UNNAMED)
-    parts += [f"{key}={getattr(decode, key)}" for key in sorted(differs - named)]
-    parts += [f"ens{ensemble}"] if ensemble > 1 else []
+    ]
+    spelled = lambda parts: [spell(decode) for fields, spell in parts if set(differs) & set(fields)]  # noqa: E731
+    named = {f for fields, _ in [*SEARCH_PARTS, SAMPLING_PART] for f in fields} | set(UNNAMED)
+    parts = [
+        split,
+        *spelled(SEARCH_PARTS),
+        f"ens{ensemble}" if ensemble > 1 else "",
+        *spelled([SAMPLING_PART]),
+    ]
+    parts += [f"{key}={getattr(decode, key)}" for key in differs if key not in named]
     parts += [checkpoint] if checkpoint != "best" else []
     return "-".join(part for part in parts if part)

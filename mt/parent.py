@@ -19,6 +19,7 @@ from pathlib import Path
 from mt.checkpoint import load_checkpoint, stored_config
 from mt.config import RunConfig, read_saved_config
 from mt.errors import ConfigError, RunDirError
+from mt.files import file_sha256
 from mt.rundir import checkpoint_path, run_tokenizer
 from mt.tokenizer import Tokenizer
 
@@ -57,7 +58,7 @@ def parent_of(cfg: RunConfig, run_dir: Path) -> Parent | None:
         ckpt = load_checkpoint(path)
         theirs = stored_config(ckpt, path)
         tokenizer = run_tokenizer(source, ckpt, path.name, "restore it, or start from another run")
-        sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+        sha256 = file_sha256(path)
     except (RunDirError, OSError) as e:
         raise RunDirError(f"train.init_from: {e}") from None
     differences = mismatches(theirs, cfg, "model", source, ignore=TRAINING_ONLY)

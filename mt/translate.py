@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from mt.config import DecodeConfig
+from mt.decode_config import DecodeConfig
 from mt.data import normalize
 from mt.batching import source_batch, token_batches
 from mt.decode import Hypothesis, search

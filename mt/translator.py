@@ -95,6 +95,8 @@ class Translator:
         passes its flags'). options: DecodeConfig fields (None: the run's).
         """
         run = Path(run)
+        if engine == "torch" and options.get("compute_type") is None:  # a run's int8 is CTranslate2's
+            options["compute_type"] = "default"
         path = checkpoint_path(run, checkpoint)  # once: "best" may warn that it falls back to last.pt
         config, tokenizer, model = load_run(run, str(path), overrides)
         decode = decoding(config.decode, {"engine": engine, **options}, spelling)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mt.config import DecodeConfig, RunConfig
+from mt.config import RunConfig
+from mt.decode_config import DecodeConfig
 from mt.batching import Batch, make_batch, token_batches
 from mt.distributed import autocast
 from mt.loss import batch_loss

@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--table", action="store_true")
     args = parser.parse_args()
-    translator = Translator.from_run(args.run, device="cpu", beam=args.beam)
+    translator = Translator.from_run(args.run, engine="torch", device="cpu", beam=args.beam)
     cfg, tokenizer, model = translator.config, translator.tokenizer, translator.model
     src, _ = load_split(cfg.data, args.split)
     search_lines(model, tokenizer, src[:50], translator.decode)  # warm up allocator and kernels

@@ -9,7 +9,7 @@ import torch
 from conftest import TEXT_MODEL, run_main, train_on_toy
 
 from mt.batching import make_batch
-from mt.config import DecodeConfig
+from mt.decode_config import DecodeConfig
 from mt.ct2 import Ct2Model, ctranslate2, export_model, vocabulary
 from mt.errors import ConfigError, RunDirError
 from mt.model import Seq2Seq
@@ -143,6 +143,7 @@ def test_a_quantized_export_leaves_the_model_as_it_was_and_loads(text_model, tok
     loaded(folder, text_model, tokenizer)  # its fingerprint is the checkpoint's weights'
 
 
+@pytest.mark.slow
 def test_other_weights_and_damaged_exports_are_refused(trained_model, text_model, tokenizer, tmp_path):
     folder = exported(trained_model, tokenizer, tmp_path / "ct2")
     with pytest.raises(RunDirError, match="exported from other weights than the checkpoint asked for"):

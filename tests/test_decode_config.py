@@ -20,6 +20,7 @@ def test_the_names_evaluations_have_had_stay():
     assert evaluation_name("test", ct2, "last") == "test-beam5-lp0.6-ct2-int8-last"
     assert evaluation_name("test", DecodeConfig(engine="ctranslate2")) == "test-ct2"
     assert evaluation_name("test", DecodeConfig(beam=5), ensemble=2) == "test-beam5-ens2"
+    assert evaluation_name("test", DecodeConfig(sample="topk:20"), ensemble=2) == "test-ens2-topk20-seed0"
     sampled = DecodeConfig(sample="topk:20", temperature=0.7, seed=3)
     assert evaluation_name("test", sampled) == "test-topk20-t0.7-seed3"
     assert evaluation_name("test", DecodeConfig(sample="topp:0.9")) == "test-topp0.9-seed0"
@@ -40,8 +41,8 @@ def test_options_that_change_nothing_leave_the_name_alone():
 
 def test_an_option_no_part_spells_is_named_by_field_and_value(monkeypatch):
     """A new DecodeConfig field that nobody taught the names still names the evaluation."""
-    parts = [part for part in decode_config.NAME_PARTS if part[0] != ("max_len_a", "max_len_b")]
-    monkeypatch.setattr(decode_config, "NAME_PARTS", parts)
+    parts = [part for part in decode_config.SEARCH_PARTS if part[0] != ("max_len_a", "max_len_b")]
+    monkeypatch.setattr(decode_config, "SEARCH_PARTS", parts)
     assert evaluation_name("test", DecodeConfig(beam=2, max_len_a=2.0)) == "test-beam2-max_len_a=2.0"
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mt.config import DecodeConfig, ModelConfig, TrainConfig, load_config
+from mt.config import ModelConfig, TrainConfig, load_config
+from mt.decode_config import DecodeConfig
 from mt.batching import make_batch, source_batch
 from mt.decode import beam_search, greedy_decode
 from mt.model import Seq2Seq

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from mt.config import DecodeConfig, ModelConfig, TrainConfig
+from mt.config import ModelConfig, TrainConfig
+from mt.decode_config import DecodeConfig
 from mt.batching import BatchStream, Pairs
 from mt.model import Seq2Seq
 from mt.tokenizer import train_tokenizer

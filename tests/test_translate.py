@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mt.batching import make_batch
-from mt.config import DecodeConfig
+from mt.decode_config import DecodeConfig
 from mt.tokenizer import EOS
 from mt.metrics import corpus_scores
 from mt.score import score_pairs

@@ -119,3 +119,11 @@ def test_options_are_checked_and_named_as_keywords(trained):
     with pytest.raises(RunDirError) as e:
         Translator.from_run(run / "nope")
     assert str(e.value) == f"{run / 'nope'}: run directory not found"
+
+
+def test_the_torch_engine_opens_a_run_configured_for_ctranslate2_int8(trained):
+    """mt score, export and attention read the torch model whatever the run's decode section says."""
+    config_int8 = ["decode.engine=ctranslate2", "decode.compute_type=int8"]
+    translator = Translator.from_run(trained[0], engine="torch", device="cpu", overrides=config_int8)
+    assert (translator.decode.engine, translator.decode.compute_type) == ("torch", "default")
+    assert translator.config.decode.compute_type == "int8"  # the run's own, as trained

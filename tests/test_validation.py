@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 import mt.validation
-from mt.config import DecodeConfig, load_config
+from mt.config import load_config
+from mt.decode_config import DecodeConfig
 from mt.train import train
 from conftest import metrics
 
