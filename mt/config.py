@@ -76,8 +76,8 @@ class TrainConfig:
     clip_norm: float = within(1.0, 0.0)  # 0 = no clipping
     accumulate: int = within(1, 1)  # batches per optimizer step
     patience: int = within(0, 0)  # validations without a best_metric gain before stopping; 0 = off
-    # what best.pt and patience follow: val BLEU up or val loss down
-    best_metric: str = choice("bleu", "bleu", "loss")
+    # what best.pt and patience follow: val BLEU or val chrF up, or val loss down
+    best_metric: str = choice("bleu", "bleu", "chrf", "loss")
     keep_last: int = within(0, 0)  # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
     average_last: int = within(0, 0)  # at the end, write averaged.pt: the mean of the last N kept models
     valid_every: int = within(500, 1)

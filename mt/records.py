@@ -217,8 +217,8 @@ class Progress:
     step: int = 0  # optimizer updates done
     epoch: int = 0  # current epoch, from 1
     batch_index: int = 0  # batches of the current epoch consumed so far
-    best_bleu: float = -1.0
-    best_chrf: float = -1.0  # chrF at the best-BLEU validation
+    best_bleu: float = -1.0  # val BLEU at the best validation (by train.best_metric)
+    best_chrf: float = -1.0  # val chrF at the best validation (by train.best_metric)
     best_step: int = 0
     best_loss: float = math.inf  # val loss at the best validation (by train.best_metric)
     bad_validations: int = 0  # validations in a row without a best_metric gain (train.patience)
@@ -232,11 +232,13 @@ class Progress:
     elapsed_s: float = 0.0  # wall clock of the loop, validation included, summed over restarts
 
     def record(self, result: dict, metric: str) -> bool:
-        """Whether a validation `result` is the best so far by `metric` (bleu: higher val_bleu; loss:
-        lower val_loss); keeps its scores if so, else counts a bad validation."""
-        better = (
-            result["val_bleu"] > self.best_bleu if metric == "bleu" else result["val_loss"] < self.best_loss
-        )
+        """Whether a validation `result` is the best so far by `metric` (bleu, chrf: higher val_bleu,
+        val_chrf; loss: lower val_loss); keeps its scores if so, else counts a bad validation."""
+        better = {
+            "bleu": result["val_bleu"] > self.best_bleu,
+            "chrf": result["val_chrf"] > self.best_chrf,
+            "loss": result["val_loss"] < self.best_loss,
+        }[metric]
         if better:
             self.best_bleu, self.best_chrf, self.best_loss = (
                 result["val_bleu"],

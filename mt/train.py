@@ -183,7 +183,7 @@ def stop_reason(t: TrainConfig, p: Progress) -> str:
     if t.max_minutes and p.elapsed_s >= 60 * t.max_minutes:
         return f"reached train.max_minutes={t.max_minutes}"
     if t.patience and p.bad_validations >= t.patience:
-        metric = "BLEU" if t.best_metric == "bleu" else "loss"
+        metric = {"bleu": "BLEU", "chrf": "chrF", "loss": "loss"}[t.best_metric]
         return f"no val {metric} gain in {t.patience} validations (train.patience)"
     return ""
 

@@ -20,14 +20,27 @@ def test_metrics_rows_are_told_apart_by_their_kind():
 
 
 @pytest.mark.parametrize(
-    "metric,expected", [("bleu", [True, True, False, False]), ("loss", [True, False, True, False])]
+    "metric,expected,best",
+    [
+        ("bleu", [True, True, False, False], (12.0, 40.0, 3.1)),
+        ("chrf", [True, False, False, True], (11.5, 42.0, 2.95)),
+        ("loss", [True, False, True, False], (11.0, 39.0, 2.9)),
+    ],
 )
-def test_best_metric_decides_what_improves(metric, expected):
+def test_best_metric_decides_what_improves(metric, expected, best):
     progress = Progress()
-    results = [(10.0, 3.0), (12.0, 3.1), (11.0, 2.9), (11.5, 2.95)]  # (val BLEU, val loss)
-    got = [progress.record({"val_bleu": b, "val_chrf": 0.0, "val_loss": loss}, metric) for b, loss in results]
+    results = [
+        (10.0, 41.0, 3.0),
+        (12.0, 40.0, 3.1),
+        (11.0, 39.0, 2.9),
+        (11.5, 42.0, 2.95),
+    ]  # BLEU, chrF, loss
+    got = [
+        progress.record({"val_bleu": b, "val_chrf": c, "val_loss": loss}, metric) for b, c, loss in results
+    ]
     assert got == expected
-    assert progress.bad_validations == 1 + (metric == "bleu")
+    assert (progress.best_bleu, progress.best_chrf, progress.best_loss) == best  # the best validation's
+    assert progress.bad_validations == {"bleu": 2, "chrf": 0, "loss": 1}[metric]
 
 
 @pytest.mark.slow

@@ -94,6 +94,33 @@ def test_patience_stops_after_validations_without_a_bleu_gain(tmp_path, tiny, mo
     assert [r["val_bleu"] for r in metrics(run) if "val_bleu" in r] == [10.0, 12.0, 11.0, 12.0, 9.0]
 
 
+def test_best_metric_chrf_picks_best_pt_and_stops_by_chrf(tmp_path, tiny, monkeypatch):
+    scores = iter([(10.0, 50.0), (12.0, 49.0), (11.0, 53.0), (13.0, 52.0), (14.0, 51.0), (9.0, 60.0)])
+
+    def scripted(model, val, tokenizer, cfg, device):
+        bleu, chrf = next(scores)  # validations at steps 2, 4, 6, 8, 10, 12
+        return {
+            "val_loss": 1.0,
+            "val_nll": 1.0,
+            "val_ppl": 2.7,
+            "val_bleu": bleu,
+            "val_chrf": chrf,
+            "valid_beam": 1,
+            "bleu_signature": "scripted",
+        }
+
+    monkeypatch.setattr(mt.train, "validate", scripted)
+    run = tmp_path / "run"
+    sets = ["train.valid_every=2", "train.patience=2", "train.best_metric=chrf"]
+    result = train(load_config(ROOT / "configs/toy.yaml", tiny + sets), run)
+    # chrF 53 at step 6 is the best; BLEU rises after it, but 52 and 51 are two validations without a gain
+    assert (result["step"], result["best_step"]) == (10, 6)
+    assert result["stopped"] == "no val chrF gain in 2 validations (train.patience)"
+    assert step_of(run / "best.pt") == 6
+    card = json.loads((run / "card.json").read_text())["training"]
+    assert (card["best_metric"], card["best_val_chrf"], card["best_val_bleu"]) == ("chrf", 53.0, 11.0)
+
+
 def test_diverging_loss_exits_with_code_1_through_the_cli(tmp_path, tiny, monkeypatch, capsys):
     real, updates = mt.step.batch_loss, []
 
