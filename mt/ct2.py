@@ -263,6 +263,7 @@ class Ct2Model:
             max_input_length=0,
             min_decoding_length=0,
             max_decoding_length=max(limits),
+            no_repeat_ngram_size=cfg.no_repeat_ngram,
         )
         return sources, forced, limits, pending
 

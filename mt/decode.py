@@ -94,6 +94,18 @@ def force_prefix(scores: Tensor, prefix: Tensor | None, rows: Tensor, t: int) ->
     return torch.where((wanted != PAD)[:, None], scores + only, scores)
 
 
+def block_repeats(scores: Tensor, history: Tensor, n: int) -> Tensor:
+    """Step scores (b, V) where no token may complete an n-gram the row's `history` (b, L: its pieces so
+    far, bos left out) already holds (n = 0: all allowed). Applied to the logits before they are
+    normalised, as CTranslate2's no_repeat_ngram_size is, so both engines search the same scores."""
+    if n == 0 or history.size(1) < n:
+        return scores
+    windows = history.unfold(1, n, 1)  # (b, L - n + 1, n): every n-gram so far
+    repeats = (windows[:, :, :-1] == history[:, None, history.size(1) - n + 1 :]).all(-1)  # (b, L - n + 1)
+    banned = torch.zeros_like(scores, dtype=torch.int32).scatter_add_(1, windows[:, :, -1], repeats.int())
+    return scores.masked_fill(banned > 0, torch.finfo(scores.dtype).min)  # (b, V)
+
+
 def prefix_limits(limits: Tensor, prefix: Tensor | None, b: int, cap: int) -> Tensor:
     """Output limits (B,) that leave room for a forced prefix and b pieces after it."""
     if prefix is None:
@@ -181,7 +193,7 @@ def greedy_decode(
     for t in range(1, steps + 1):
         step_in = tokens[:, t - 1 : t] if use_cache else tokens[:, :t]  # (b, 1) or (b, t)
         logits, cache = model.decode(step_in, memory, src_mask, cache)  # (b, 1|t, V)
-        last = logits[:, -1].float()  # (b, V)
+        last = block_repeats(logits[:, -1].float(), tokens[:, 1:t], cfg.no_repeat_ngram)  # (b, V)
         next_token = choose(force_prefix(last, prefix, rows, t), rows)  # (b,)
         best = last.gather(1, next_token[:, None]).squeeze(1)  # (b,)
         logprob += (best - torch.logsumexp(last, dim=-1)).masked_fill(finished, 0.0)  # its log-softmax
@@ -349,7 +361,8 @@ def beam_search(
     for t in range(1, beams.steps + 1):
         step_in = beams.tokens[:, t - 1 : t] if use_cache else beams.tokens[:, :t]  # (B*k, 1) or (B*k, t)
         logits, cache = model.decode(step_in, memory, src_mask, cache)  # (B*k, 1|t, V)
-        lprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B*k, V)
+        scores = block_repeats(logits[:, -1].float(), beams.tokens[:, 1:t], cfg.no_repeat_ngram)  # (B*k, V)
+        lprobs = torch.log_softmax(scores, dim=-1)  # (B*k, V)
         if prefix is not None:  # (the rows' sentences are only worth computing for a prefix)
             lprobs = force_prefix(lprobs, prefix, beams.sentence.repeat_interleave(beams.k), t)
         top, beam_idx, token = beams.candidates(lprobs)

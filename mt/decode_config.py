@@ -46,6 +46,9 @@ class DecodeConfig:
     )
     max_len_a: float = within(1.5, 0.0, help="output length limit = a * source length + b: a")
     max_len_b: int = within(10, 1, help="output length limit = a * source length + b: b")
+    no_repeat_ngram: int = within(
+        0, 0, help="no n-gram of this many pieces twice in a translation (CTranslate2's too); 0 = off"
+    )
     batch_tokens: int = within(6000, 16, help="source tokens (padding included) per decoding batch")
     engine: str = choice(
         "torch", "torch", "ctranslate2", help="ctranslate2: the run's `mt export` (DIR/ct2, mt.ct2)"
@@ -177,6 +180,7 @@ SEARCH_PARTS: list[Part] = [
     (("beam",), lambda d: f"beam{d.beam}"),
     (("length_penalty",), lambda d: f"lp{d.length_penalty:g}" if d.beam > 1 else ""),
     (("max_len_a", "max_len_b"), lambda d: f"len{d.max_len_a:g}x+{d.max_len_b}"),
+    (("no_repeat_ngram",), lambda d: f"norepeat{d.no_repeat_ngram}"),
     (("batch_tokens",), lambda d: f"bt{d.batch_tokens}"),  # padding may move a last-digit tie
     (("engine", "compute_type"), engine_name),
 ]

@@ -79,6 +79,19 @@ def test_greedy_and_beam_5_are_identical_with_mts_scores(trained_model, tokenize
 
 @pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 5])
+def test_no_repeat_ngram_decodes_as_mts(trained_model, tokenizer, trained_export, toy, beam):
+    lines = toy["test"][0][:100] + [" ".join(["der Hund und die Katze und"] * 6)]  # an enumeration too
+    cfg = DecodeConfig(beam=beam, no_repeat_ngram=2)  # 2: most lines have a piece it bans somewhere
+    mine = search_lines(trained_model, tokenizer, lines, cfg)
+    theirs = search_lines(loaded(trained_export, trained_model, tokenizer), tokenizer, lines, cfg)
+    assert sum(a[0].tokens == b[0].tokens for a, b in zip(mine, theirs)) >= 100  # 101 of 101 here
+    for a, b in zip(mine, theirs):
+        if a[0].tokens == b[0].tokens:
+            assert b[0].score == pytest.approx(a[0].score, abs=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("beam", [1, 5])
 def test_forced_prefixes_decode_as_mts(trained_model, tokenizer, trained_export, toy, beam):
     lines, cfg = toy["test"][0][:60], DecodeConfig(beam=beam)
     prefixes = ["the", "", "a big"] * 20

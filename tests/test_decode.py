@@ -313,3 +313,34 @@ def test_an_ensembles_cached_decoding_equals_recomputation(trained_model, tokeni
     for search_fn in (greedy_decode, beam_search):
         cached = search_fn(ensemble, src, src_mask, use_cache=True)
         assert tokens_of(cached) == tokens_of(search_fn(ensemble, src, src_mask, use_cache=False))
+
+
+def test_block_repeats_bans_the_pieces_that_would_repeat_an_n_gram():
+    from mt.decode import block_repeats
+
+    history = torch.tensor(
+        [[5, 6, 7, 5, 6], [5, 6, 7, 5, 6]]
+    )  # the last two pieces, 5 6, came before: then 7
+    scores = torch.zeros(2, 10)
+    for n, banned in [(3, {7}), (2, {7}), (1, {5, 6, 7}), (6, set()), (0, set())]:
+        out = block_repeats(scores, history, n)
+        assert {i for i in range(10) if out[0, i] < -1e30} == banned, n
+    assert torch.equal(
+        block_repeats(scores, torch.tensor([[5, 6], [4, 4]]), 2)[1] < -1e30, torch.arange(10) == 4
+    )
+
+
+def repeated(tokens: list[int], n: int) -> bool:
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return len(grams) != len(set(grams))
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_no_repeat_ngram_leaves_no_n_gram_twice(trained_model, tokenizer, toy, beam):
+    lines = toy["test"][0][:60] + [" ".join(["der Hund und die Katze und"] * 6)]  # an enumeration
+    free = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, DecodeConfig(beam=beam))]
+    cfg = DecodeConfig(beam=beam, no_repeat_ngram=2)
+    blocked = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, cfg)]
+    assert any(repeated(t, 2) for t in free) and not any(repeated(t, 2) for t in blocked)
+    if beam == 1:  # greedy's other lines are as they were (a beam's may rank otherwise: renormalised steps)
+        assert all(a == b for a, b in zip(free, blocked) if not repeated(a, 2))

@@ -169,7 +169,7 @@ LIMITS = [  # (body, status, error, name): every refusal, with the limits of the
         {"lines": ["a"], "colour": 2},
         422,
         "colour: unknown option; the options are lines, beam, n_best, length_penalty, max_len_a, max_len_b, "
-        "sample, temperature, seed, prefixes, alignments",
+        "no_repeat_ngram, sample, temperature, seed, prefixes, alignments",
         ("option", "colour"),
     ),
     (
