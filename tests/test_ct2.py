@@ -61,6 +61,14 @@ def trained_export(trained_model, tokenizer, tmp_path_factory):
     return exported(trained_model, tokenizer, tmp_path_factory.mktemp("export") / "ct2")
 
 
+def agreeing(mine: list, theirs: list) -> int:
+    """How many lines both engines translate alike (1-best); where they do, their scores agree."""
+    for a, b in zip(mine, theirs):
+        if a[0].tokens == b[0].tokens:
+            assert b[0].score == pytest.approx(a[0].score, abs=1e-3)
+    return sum(a[0].tokens == b[0].tokens for a, b in zip(mine, theirs))
+
+
 @pytest.mark.slow
 def test_greedy_and_beam_5_are_identical_with_mts_scores(trained_model, tokenizer, trained_export, toy):
     lines = toy["test"][0][:200]
@@ -70,11 +78,7 @@ def test_greedy_and_beam_5_are_identical_with_mts_scores(trained_model, tokenize
         cfg = DecodeConfig(beam=beam)
         mine = search_lines(trained_model, tokenizer, lines, cfg)
         theirs = search_lines(loaded(trained_export, trained_model, tokenizer), tokenizer, lines, cfg)
-        same = [a[0].tokens == b[0].tokens for a, b in zip(mine, theirs)]
-        assert sum(same) >= 198, beam
-        for a, b in zip(mine, theirs):
-            if a[0].tokens == b[0].tokens:
-                assert b[0].score == pytest.approx(a[0].score, abs=1e-3)
+        assert agreeing(mine, theirs) >= 198, beam
 
 
 @pytest.mark.slow
@@ -84,10 +88,7 @@ def test_no_repeat_ngram_decodes_as_mts(trained_model, tokenizer, trained_export
     cfg = DecodeConfig(beam=beam, no_repeat_ngram=2)  # 2: most lines have a piece it bans somewhere
     mine = search_lines(trained_model, tokenizer, lines, cfg)
     theirs = search_lines(loaded(trained_export, trained_model, tokenizer), tokenizer, lines, cfg)
-    assert sum(a[0].tokens == b[0].tokens for a, b in zip(mine, theirs)) >= 100  # 101 of 101 here
-    for a, b in zip(mine, theirs):
-        if a[0].tokens == b[0].tokens:
-            assert b[0].score == pytest.approx(a[0].score, abs=1e-3)
+    assert agreeing(mine, theirs) >= 100  # 101 of 101 here
 
 
 @pytest.mark.slow
@@ -99,10 +100,7 @@ def test_forced_prefixes_decode_as_mts(trained_model, tokenizer, trained_export,
     theirs = search_lines(
         loaded(trained_export, trained_model, tokenizer), tokenizer, lines, cfg, prefixes=prefixes
     )
-    assert sum(a[0].tokens == b[0].tokens for a, b in zip(mine, theirs)) >= 59  # 60 of 60 here
-    for a, b in zip(mine, theirs):  # the prefix's own log-probability included (engine._collect)
-        if a[0].tokens == b[0].tokens:
-            assert b[0].score == pytest.approx(a[0].score, abs=1e-3)
+    assert agreeing(mine, theirs) >= 59  # 60 of 60 here; scores with the prefix's own (ct2._collect)
 
 
 @pytest.mark.slow
