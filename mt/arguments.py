@@ -82,6 +82,8 @@ def _decoding_options(
         meta = field.metadata
         if "choices" in meta:
             typed = {"choices": meta["choices"]}
+        elif kind is bool:
+            typed = {"action": argparse.BooleanOptionalAction}
         elif meta.get("lo") is not None:  # an open bound (temperature > 0) is DecodeConfig's to check
             typed = {"type": _at_least(meta["lo"], kind)}
         else:

@@ -59,8 +59,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     _setup_logging()
     try:
         result = train(cfg, run_dir, force_new=args.force_new)
-    finally:
+    except BaseException:
         stop()  # the process group outlives everything train() made (DDP must go first)
+        raise
+    stop(together=True)
     if result["interrupted"] and _rank() == 0:
         world = int(os.environ.get("WORLD_SIZE", 1))
         launcher = [f"torchrun --nproc_per_node {world} -m mt"] if world > 1 else ["mt"]
@@ -151,6 +153,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
             f"{args.prefix_file} has {len(prefixes)} lines but the input has {len(lines)}; "
             f"give one prefix per input line (an empty line for none)"
         )
+    if args.alignments:
+        translator.alignable()  # refused before any translating
     found = translator.nbest(lines, prefixes)
     if translator.decode.n_best == 1:
         out = [hyps[0][0] for hyps in found]

@@ -22,6 +22,20 @@ from mt.schema import Mismatch, build, choice, within
 
 
 @dataclass(frozen=True)
+class CleanConfig:
+    """Rules for the training pairs, applied while binarizing (mt.corpus). Pairs with an empty side or
+    more than data.max_len pieces are always dropped; these rules come on top."""
+
+    apply: str = choice("auto", "auto", "always", "never")  # auto: `files` corpora (Multi30k is clean)
+    max_ratio: float = within(
+        3.0, 0.0
+    )  # longer side / shorter side, in pieces, above it a pair goes; 0 = off
+    duplicates: bool = True  # a pair seen earlier in the corpus (same text on both sides)
+    copies: bool = True  # source equal to target
+    leaks: bool = True  # a source or target that is a line of the val or test files
+
+
+@dataclass(frozen=True)
 class DataConfig:
     corpus: str = choice("multi30k", "multi30k", "toy", "files")
     # multi30k: folder holding multi30k/ ("" = $MT_DATA_DIR, else download into data/);
@@ -34,6 +48,7 @@ class DataConfig:
     # binarized bpe_views times so sampled, and epoch e trains on view e mod bpe_views. 0 = off
     bpe_dropout: float = within(0.0, 0.0, 0.9)
     bpe_views: int = within(8, 1)
+    clean: CleanConfig = CleanConfig()
 
 
 @dataclass(frozen=True)

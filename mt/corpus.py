@@ -37,29 +37,23 @@ from mt.data import (
     downloads_dir,
     empty_file,
     misaligned,
+    source_identity,
     source_lines,
     training_sources,
 )
+from mt.clean import Cleaner, cleaning_identity
 from mt.files import file_sha256, write_failure, write_text
 from mt.tokenizer import Tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2
 CHUNK = 10_000  # pairs encoded at a time
 
 
 def cache_root() -> Path:
     """$MT_CACHE_DIR, else binarized/ beside the downloads (data/ of a checkout, ~/.cache/mt)."""
     return Path(os.environ.get("MT_CACHE_DIR") or downloads_dir() / "binarized")
-
-
-def _identity(source: TextSource) -> list:
-    """What says a source changed: a file's path, size and modification time; a list's content hash."""
-    if isinstance(source, Path):
-        stat = source.stat()
-        return [str(source.resolve()), stat.st_size, stat.st_mtime_ns]
-    return ["lines", hashlib.sha256("\n".join(source).encode()).hexdigest()]
 
 
 def _paired(sources: tuple[TextSource, TextSource]) -> Iterator[tuple[str, str]]:
@@ -138,60 +132,92 @@ def id_dtype(largest: int) -> torch.dtype:
 
 _TYPECODE = {torch.uint16: "H", torch.int32: "i"}
 _SIDES = ("src.ids", "tgt.ids", "src.len", "tgt.len")
+_FILES = _SIDES + ("removed.tsv",)  # removed.tsv: line number and rule of each pair left out
 
 
 def binarize(
     sources: tuple[TextSource, TextSource],
     tokenizer: Tokenizer,
-    max_len: int,
+    cleaner: Cleaner,
     folder: Path,
     total: int | None = None,
     dropout: tuple[float, int] | None = None,
 ) -> dict:
-    """Encode the pairs into folder/{src,tgt}.{ids,len}, keeping those with 1..max_len pieces on both
-    sides; returns the counts for meta.json. Holds one chunk of pairs at a time. `dropout`: (BPE-dropout
-    probability, seed): each chunk's side sampled with a seed of its own."""
-    ids_type, len_type = id_dtype(tokenizer.vocab_size - 1), id_dtype(max_len)
+    """Encode the pairs `cleaner` keeps into folder/{src,tgt}.{ids,len} and list the others in
+    folder/removed.tsv; returns the counts for meta.json. Holds one chunk of pairs at a time.
+    `dropout`: (BPE-dropout probability, seed): each chunk's side sampled with a seed of its own; the
+    rules measure lengths in the plain pieces all the same, so every view keeps the same pairs."""
+    ids_type, len_type = id_dtype(tokenizer.vocab_size - 1), id_dtype(cleaner.max_len)
     files = [open(folder / name, "wb") for name in _SIDES]
-    kept = dropped = 0
-
-    def encode(lines: list[str], part: int) -> list[list[int]]:
-        p, seed = dropout or (0.0, 0)
-        return tokenizer.encode_sampled(lines, p, seed * 1_000_003 + part) if p else tokenizer.encode(lines)
-
+    removed = open(folder / "removed.tsv", "w", encoding="utf-8")
+    kept = read = 0
     try:
         pairs = _paired(sources)
         with tqdm(total=total, unit=" pairs", desc="binarize", mininterval=2, disable=None) as bar:
             while chunk := [pair for _, pair in zip(range(CHUNK), pairs)]:
                 arrays = [array.array(_TYPECODE[t]) for t in (ids_type, ids_type, len_type, len_type)]
-                number = (kept + dropped) // CHUNK  # of this chunk: its sides' BPE-dropout seeds
-                encoded = (encode([p[side] for p in chunk], 2 * number + side) for side in (0, 1))
-                n = _append(arrays, *encoded, max_len)
-                kept, dropped = kept + n, dropped + len(chunk) - n
+                src, tgt, lengths = _encode(chunk, tokenizer, read // CHUNK, dropout)
+                verdicts = cleaner.verdicts(chunk, lengths)
+                kept += _append(arrays, src, tgt, verdicts)
+                removed.writelines(f"{read + i + 1}\t{rule}\n" for i, rule in enumerate(verdicts) if rule)
                 for f, values in zip(files, arrays):
                     values.tofile(f)
+                read += len(chunk)
                 bar.update(len(chunk))
-        for f in files:
+        for f in [*files, removed]:
             f.flush()
             os.fsync(f.fileno())
     finally:
-        for f in files:
+        for f in [*files, removed]:
             f.close()
+    counts = cleaner.counts
     if not kept:
         raise DataError(
-            f"no training pairs left: all {dropped} are empty or longer than data.max_len={max_len} "
-            f"pieces; raise data.max_len"
+            f"no training pairs left of {read} (removed: {_removed_text(counts)}); "
+            f"raise data.max_len, or relax data.clean"
         )
-    log.info("kept %d training pairs, dropped %d (empty or longer than %d pieces)", kept, dropped, max_len)
-    return {"pairs": kept, "dropped": dropped, "ids_dtype": str(ids_type), "len_dtype": str(len_type)}
+    _log_kept(kept, read, counts)
+    return {
+        "pairs": kept,
+        "dropped": read - kept,
+        "removed": counts,
+        "ids_dtype": str(ids_type),
+        "len_dtype": str(len_type),
+    }
 
 
-def _append(arrays: list[array.array], src: list[list[int]], tgt: list[list[int]], max_len: int) -> int:
-    """Add the pairs with 1..max_len pieces on both sides to (src ids, tgt ids, src len, tgt len);
-    returns how many."""
+def _encode(
+    chunk: list[tuple[str, str]], tokenizer: Tokenizer, number: int, dropout: tuple[float, int] | None
+) -> tuple[list[list[int]], list[list[int]], list[tuple[int, int]]]:
+    """Chunk `number`'s sides as ids (with BPE-dropout, each side sampled with a seed of its own) and
+    each pair's lengths in plain pieces (what data.max_len and data.clean measure)."""
+    sides = [[pair[side] for pair in chunk] for side in (0, 1)]
+    p, seed = dropout or (0.0, 0)
+    ids = [
+        tokenizer.encode_sampled(lines, p, seed * 1_000_003 + 2 * number + side)
+        if p
+        else tokenizer.encode(lines)
+        for side, lines in enumerate(sides)
+    ]
+    plain = [tokenizer.encode(lines) for lines in sides] if p else ids
+    return ids[0], ids[1], [(len(s), len(t)) for s, t in zip(*plain)]
+
+
+def _log_kept(kept: int, read: int, removed: dict[str, int]) -> None:
+    log.info("kept %d of %d training pairs; removed %s", kept, read, _removed_text(removed))
+
+
+def _removed_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {rule.replace('_', ' ')}" for rule, n in counts.items())
+
+
+def _append(
+    arrays: list[array.array], src: list[list[int]], tgt: list[list[int]], verdicts: list[str]
+) -> int:
+    """Add the pairs whose verdict is "" to (src ids, tgt ids, src len, tgt len); returns how many."""
     kept = 0
-    for s, t in zip(src, tgt):
-        if 0 < len(s) <= max_len and 0 < len(t) <= max_len:
+    for s, t, rule in zip(src, tgt, verdicts):
+        if not rule:
             arrays[0].extend(s), arrays[1].extend(t), arrays[2].append(len(s)), arrays[3].append(len(t))
             kept += 1
     return kept
@@ -206,7 +232,7 @@ def _problem(folder: Path, identity: list) -> str:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("identity") != identity:
         return "the corpus files changed since it was built"
     try:
-        for name in _SIDES:
+        for name in _FILES:
             path, expected = folder / name, meta["files"][name]
             if (
                 not path.is_file()
@@ -216,7 +242,10 @@ def _problem(folder: Path, identity: list) -> str:
                 return f"{name} is damaged (size or sha256 differ from meta.json)"
         if {meta["ids_dtype"], meta["len_dtype"]} - {str(t) for t in _TYPECODE}:
             return "meta.json names an unknown id type"
-    except (KeyError, TypeError):
+        counts = [meta["pairs"], meta["dropped"], *meta["removed"].values()]
+        if not all(type(n) is int and n >= 0 for n in counts):
+            return "meta.json's counts are damaged"
+    except (KeyError, TypeError, AttributeError):
         return "meta.json is damaged"
     return ""
 
@@ -226,7 +255,11 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None, vie
     rebuilt) if need be. The build goes to a temporary folder renamed into place when complete.
     `view` n > 0: the pairs encoded with BPE-dropout cfg.bpe_dropout, sampled from seed n."""
     sources = training_sources(cfg)
-    identity = [_identity(s) for s in sources] + [hashlib.sha256(tokenizer.proto).hexdigest(), cfg.max_len]
+    identity = [source_identity(s) for s in sources] + [
+        hashlib.sha256(tokenizer.proto).hexdigest(),
+        cfg.max_len,
+    ]
+    identity += [cleaning_identity(cfg)]
     # the sampler named: views that sentencepiece drew (salted per process) before mt's loop are not reused
     identity += [cfg.bpe_dropout, view, "mt-bpe-dropout"] if view else []
     name = [i[0] if i[0] != "lines" else i[1] for i in identity[:2]] + identity[2:]  # not size or time
@@ -234,7 +267,9 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None, vie
     folder = cache_root() / f"{cfg.corpus}-{cfg.src_lang}-{cfg.tgt_lang}-{key}"
     problem = _problem(folder, identity)
     if not problem:
+        meta = json.loads((folder / "meta.json").read_text())
         log.info("binarized corpus %s", folder)
+        _log_kept(meta["pairs"], meta["pairs"] + meta["dropped"], meta["removed"])
         return folder
     log.info("binarizing the training pairs into %s (%s)", folder, problem)
     building = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
@@ -242,10 +277,10 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None, vie
     try:
         building.mkdir(parents=True)
         dropout = (cfg.bpe_dropout, view) if view else None
-        counts = binarize(sources, tokenizer, cfg.max_len, building, total, dropout)
+        counts = binarize(sources, tokenizer, Cleaner(cfg), building, total, dropout)
         files = {
             name: {"bytes": (building / name).stat().st_size, "sha256": file_sha256(building / name)}
-            for name in _SIDES
+            for name in _FILES
         }
         write_text(
             building / "meta.json",
@@ -261,6 +296,18 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None, vie
     finally:
         shutil.rmtree(building, ignore_errors=True)
     return folder
+
+
+def cleaning_report(folder: Path, removed_copy: Path) -> dict:
+    """What binarizing `folder` read, kept and removed (per rule, for the card); the removed pairs' line
+    numbers and rules are copied to `removed_copy` (a run's removed-pairs.tsv)."""
+    meta = json.loads((folder / "meta.json").read_text())
+    try:
+        shutil.copyfile(folder / "removed.tsv", removed_copy)
+    except OSError as e:
+        raise write_failure(removed_copy, e) from None
+    read = meta["pairs"] + meta["dropped"]
+    return {"pairs_read": read, "kept": meta["pairs"], "removed": meta["removed"], "lines": removed_copy.name}
 
 
 # ---- the corpus in memory ------------------------------------------------------------------------------

@@ -66,6 +66,13 @@ class DecodeConfig:
     seed: int = dataclasses.field(
         default=0, metadata={"help": "sampling seed: a line's draws depend on it and the line only"}
     )
+    split_sentences: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "translate each sentence of a line on its own (mt.sentences) and join the "
+            "translations with a space: still one line out per line in"
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,13 @@ def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling =
         )
     if decode.sample:
         _check_sampling(decode, spelling)
+    if decode.split_sentences and decode.n_best > 1:
+        split = spelling.name("split_sentences")
+        raise ConfigError(
+            f"{spelling.given('n_best', decode.n_best)}: {split} joins the best translation of each "
+            f"sentence, so it gives no n-best lists; {spelling.fix('n_best', 1)}, or leave {split} out",
+            "n_best",
+        )
     if decode.n_best > decode.beam and not decode.sample:  # sampling: n_best draws per line
         pair = spelling.pair.format(name=spelling.name("beam"), value=decode.beam)
         beam = pair if "beam" in given else f"the run's beam ({decode.beam})"
@@ -183,6 +197,7 @@ SEARCH_PARTS: list[Part] = [
     (("no_repeat_ngram",), lambda d: f"norepeat{d.no_repeat_ngram}"),
     (("batch_tokens",), lambda d: f"bt{d.batch_tokens}"),  # padding may move a last-digit tie
     (("engine", "compute_type"), engine_name),
+    (("split_sentences",), lambda d: "split"),
 ]
 SAMPLING_PART: Part = (("sample", "temperature", "seed"), sampling_name)
 UNNAMED = ("n_best",)

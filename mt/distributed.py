@@ -128,8 +128,13 @@ def start(ranks: Ranks, device: str, backend: str) -> torch.device:
     return target
 
 
-def stop() -> None:
+def stop(together: bool = False) -> None:
+    """End the process group. `together` (a run that ended normally): every rank waits for the others
+    first, so that none tears its connections down while another still uses them (a rank that left
+    early was once aborted by gloo at exit: "terminate called without an active exception")."""
     if dist.is_initialized():
+        if together:
+            dist.barrier()
         dist.destroy_process_group()
 
 

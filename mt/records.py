@@ -16,13 +16,14 @@ field required.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
 from mt.errors import RunDirError
+from mt.metrics import METRICS
 from mt.schema import Mismatch, build, within
 
 
@@ -48,26 +49,36 @@ def require(record: Any, cls: type, path: str | Path, fix: str) -> dict:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Result:
+class Evaluation:
+    """A Result's fields but its scores."""
+
     open_keys: ClassVar[bool] = True
     beam: int = within(lo=1)
     length_penalty: float = within(lo=0)
-    bleu: float
-    chrf: float
-    bleu_signature: str
-    chrf_signature: str
     sentences: int = within(lo=0)
     refs_sha256: str
     hyp_file: str  # names of files in the run directory
     ref_file: str
     split: str = None
     checkpoint: str = None
-    bleu_lc: float = None
-    bleu_lc_signature: str = None
     length_ratio: float = None
     engine: str = None  # where not torch: ctranslate2, and its compute_type
     compute_type: str = None
     ensemble: list[str] = None  # the runs of an ensemble, this one first
+
+
+def score_fields() -> list[tuple[str, type, Any]]:
+    """KEY (a float) and KEY_signature (a str) for each metric in mt.metrics: required for the headline
+    ones, which every result has had; else a result from before the metric may lack them."""
+    fields = []
+    for m in METRICS:
+        may_lack = {} if m.headline else {"default": None}
+        fields += [(m.key, float, field(**may_lack)), (f"{m.key}_signature", str, field(**may_lack))]
+    return fields
+
+
+# one evaluation: eval-KEY.json, the card's results.KEY; a new metric's score is checked with no change here
+Result = make_dataclass("Result", score_fields(), bases=(Evaluation,), frozen=True, kw_only=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +143,17 @@ class Origin:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Cleaning:
+    """What binarizing the training pairs kept, and removed by each rule (mt.corpus.Cleaner)."""
+
+    open_keys: ClassVar[bool] = True
+    pairs_read: int = within(lo=0)
+    kept: int = within(lo=0)
+    removed: dict[str, int]
+    lines: str  # the file in the run listing each removed pair's line number and rule
+
+
+@dataclass(frozen=True, kw_only=True)
 class Card:
     open_keys: ClassVar[bool] = True
     config: CardConfig
@@ -143,6 +165,7 @@ class Card:
     results: dict[str, Result] = None
     parent: Origin = None
     tokenizer_from: Origin = None
+    cleaning: Cleaning = None
 
 
 # ---- metrics.jsonl -----------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -18,7 +19,7 @@ from mt import checkpoint, corpus, distributed, rundir
 from mt.card import read_card, update_card
 from mt.checkpoint import RESUMABLE_KEYS, load_checkpoint, set_rng_state, stored_config
 from mt.provenance import code_version, config_section, hardware
-from mt.config import RunConfig, check_precision, config_differences, config_to_dict
+from mt.config import RunConfig, TrainConfig, check_precision, config_differences, config_to_dict
 from mt.errors import ConfigError, RunDirError, WriteError
 from mt.batching import BatchStream, Pairs
 from mt.data import load_split
@@ -49,6 +50,7 @@ class Session:
     stream: BatchStream
     val: Validation | None  # rank 0 only
     metrics: MetricsLog | None  # rank 0 only
+    cleaning: dict | None  # rank 0 only: what binarizing kept and removed (corpus.cleaning_report)
 
 
 def start_device(cfg: RunConfig, ranks: distributed.Ranks) -> torch.device:
@@ -86,12 +88,14 @@ def joint_bpe(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[Tokenizer, int 
 
 def training_corpus(
     cfg: RunConfig, tokenizer: Tokenizer, pairs: int | None, ranks: distributed.Ranks
-) -> list[Pairs]:
+) -> tuple[list[Pairs], list[Path]]:
     """Binarized (or checked) on rank 0, then memory-mapped by every rank: one copy in the page cache.
-    One view, or with data.bpe_dropout data.bpe_views sampled ones (epoch e trains on view e mod n)."""
+    One view, or with data.bpe_dropout data.bpe_views sampled ones (epoch e trains on view e mod n);
+    and their folders (the views keep the same pairs)."""
     views = range(1, cfg.data.bpe_views + 1) if cfg.data.bpe_dropout else [0]
     folders = [str(corpus.prepare(cfg.data, tokenizer, pairs, v)) for v in views] if ranks.main else None
-    return [corpus.load(Path(folder)) for folder in distributed.from_main(folders, ranks)]
+    folders = [Path(folder) for folder in distributed.from_main(folders, ranks)]
+    return [corpus.load(folder) for folder in folders], folders
 
 
 def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, Tokenizer] | None:
@@ -173,16 +177,15 @@ def setup(
     tokenizer, pairs, origin = (
         (resumed[1], None, {}) if resumed else new_tokenizer(cfg, run_dir, parent, ranks)
     )
-    train_pairs = training_corpus(cfg, tokenizer, pairs, ranks)
+    train_pairs, folders = training_corpus(cfg, tokenizer, pairs, ranks)
     val = make_validation(*val_lines, tokenizer, cfg.train.max_tokens) if ranks.main else None
     model, optimizer, scaler, progress = learner(cfg, tokenizer.vocab_size, device, resumed, parent, ranks)
-    metrics = None
+    metrics = cleaning = None
     if ranks.main:  # the first write: the lock, then the run's files
-        cleanup.enter_context(rundir.locked(run_dir))
-        metrics = rundir.open_run_dir(
-            run_dir, cfg, tokenizer, progress.step if resumed else None, force_new, start_log
+        step = progress.step if resumed else None
+        metrics, cleaning = first_writes(
+            cfg, run_dir, tokenizer, step, force_new, start_log, cleanup, folders[0]
         )
-        cleanup.callback(metrics.close)
         if origin:  # recorded at once: a run stopped by a crash still names what it came from
             update_card(run_dir, config=config_section(cfg), parameters=count_parameters(model), **origin)
     log_start(cfg, run_dir, progress if resumed else None, model, device, ranks, parent)
@@ -202,7 +205,26 @@ def setup(
         BatchStream(train_pairs, cfg.train.max_tokens, cfg.train.seed, pin_memory=device.type == "cuda"),
         val,
         metrics,
+        cleaning,
     )
+
+
+def first_writes(
+    cfg: RunConfig,
+    run_dir: Path,
+    tokenizer: Tokenizer,
+    resume_step: int | None,
+    force_new: bool,
+    start_log: Callable[[Path], None],
+    cleanup: contextlib.ExitStack,
+    corpus_folder: Path,
+) -> tuple[MetricsLog, dict]:
+    """Rank 0's writes once every check has passed: the lock, the run's files (rundir.open_run_dir) and
+    the list of the training pairs data.clean removed; the metrics log and the cleaning report."""
+    cleanup.enter_context(rundir.locked(run_dir))
+    metrics = rundir.open_run_dir(run_dir, cfg, tokenizer, resume_step, force_new, start_log)
+    cleanup.callback(metrics.close)
+    return metrics, corpus.cleaning_report(corpus_folder, run_dir / "removed-pairs.tsv")
 
 
 def log_start(
@@ -310,23 +332,6 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
     if s.ranks.main and s.cfg.train.average_last and not interrupted:
         checkpoint.write_average(s.run_dir, s.cfg.train.average_last)
     if s.ranks.main:
-        t, speed = s.cfg.train, round(p.tokens / max(p.train_seconds, 1e-9), 1)
-        training = {
-            "steps": p.step,
-            "epochs": p.epoch,
-            "wall_s": round(p.elapsed_s, 1),
-            "train_s": round(p.train_seconds, 1),
-            "tokens_per_s": speed,
-            "best_step": p.best_step,
-            "best_metric": t.best_metric,
-            "best_val_bleu": p.best_bleu,
-            "best_val_chrf": p.best_chrf,
-            "best_val_loss": p.best_loss if p.validated_step >= 0 else None,
-            "valid_beam": t.valid_beam,
-            "nonfinite_skipped": p.nonfinite_total,
-            "fp16_overflows": p.scaler_skips,
-            "stopped": interrupted or stop,
-        }
         update_card(
             s.run_dir,
             config=config_section(s.cfg),
@@ -334,9 +339,30 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
             precision=s.cfg.train.precision,
             code=code_version(),
             hardware=hardware(s.device, s.ranks.world),
-            training=training,
+            training=training_section(s.cfg.train, p, interrupted or stop),
+            cleaning=s.cleaning,
         )
     return summary(p, stop, interrupted)
+
+
+def training_section(t: TrainConfig, p: Progress, stopped: str) -> dict:
+    """The card's account of the training: its counters, speed, best validation and why it stopped."""
+    return {
+        "steps": p.step,
+        "epochs": p.epoch,
+        "wall_s": round(p.elapsed_s, 1),
+        "train_s": round(p.train_seconds, 1),
+        "tokens_per_s": round(p.tokens / max(p.train_seconds, 1e-9), 1),
+        "best_step": p.best_step,
+        "best_metric": t.best_metric,
+        "best_val_bleu": p.best_bleu,
+        "best_val_chrf": p.best_chrf,
+        "best_val_loss": p.best_loss if p.validated_step >= 0 else None,
+        "valid_beam": t.valid_beam,
+        "nonfinite_skipped": p.nonfinite_total,
+        "fp16_overflows": p.scaler_skips,
+        "stopped": stopped,
+    }
 
 
 def summary(p: Progress, stop: str, interrupted: str = "") -> dict:

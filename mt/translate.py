@@ -168,7 +168,7 @@ def translate_lines(
     found = search_lines(
         model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces, prefixes=prefixes
     )
-    return tokenizer.decode([hyps[0].tokens for hyps in found])
+    return as_written(tokenizer.decode([hyps[0].tokens for hyps in found]), prefixes, tokenizer)
 
 
 def translate_nbest(
@@ -184,4 +184,20 @@ def translate_nbest(
     found = search_lines(
         model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces, prefixes=prefixes
     )
-    return [list(zip(tokenizer.decode([h.tokens for h in hyps]), (h.score for h in hyps))) for hyps in found]
+    texts = [tokenizer.decode([h.tokens for h in hyps]) for hyps in found]  # a line's n-best
+    if prefixes:
+        texts = [as_written(line, [prefix] * len(line), tokenizer) for line, prefix in zip(texts, prefixes)]
+    return [list(zip(line, (h.score for h in hyps))) for line, hyps in zip(texts, found)]
+
+
+def as_written(texts: list[str], prefixes: list[str] | None, tokenizer: Tokenizer) -> list[str]:
+    """Translations that start with their prefix exactly as the user wrote it: a character the
+    vocabulary lacks is a piece that decodes as ⁇ ("Ωmega" -> "⁇ mega"), so the prefix's decoded
+    pieces are replaced by the prefix itself (its outer whitespace left out, as decoding leaves it)."""
+    if not prefixes:
+        return texts
+    decoded = tokenizer.decode(tokenizer.encode(prefixes))
+    return [
+        prefix.strip() + text[len(seen) :] if prefix.strip() and text.startswith(seen) else text
+        for text, prefix, seen in zip(texts, prefixes, decoded)
+    ]

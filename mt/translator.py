@@ -37,6 +37,7 @@ from mt.files import file_sha256
 from mt.model import Seq2Seq
 from mt.rundir import checkpoint_path, load_run
 from mt.score import Scored, score_lines
+from mt.sentences import join_lines, split_lines, splitter
 from mt.tokenizer import Tokenizer
 from mt.translate import translate_lines, translate_nbest
 
@@ -121,24 +122,49 @@ class Translator:
     def translate(self, lines: list[str], prefixes: list[str] | None = None, **options: Any) -> list[str]:
         """The 1-best translation of each line, one string per line in input order ("" for ""): lines
         are sorted by length into token-budget batches, a line longer than the model takes is
-        translated in parts. `prefixes`: one per line ("" for none), which its translation starts with."""
+        translated in parts. `prefixes`: one per line ("" for none), which its translation starts with.
+        split_sentences: each sentence of a line translated on its own (a prefix starts the first's),
+        the translations joined with a space."""
         decode = self.options(**options)
         one_per_line("prefixes", prefixes, lines, ' ("" for none)')
         with self.lock:
-            return translate_lines(
-                self.searcher, self.tokenizer, list(lines), decode, self.device, self.max_source, prefixes
-            )
+            return self._by_sentence(translate_lines, lines, prefixes, decode, " ".join)
 
     def nbest(
         self, lines: list[str], prefixes: list[str] | None = None, **options: Any
     ) -> list[list[tuple[str, float]]]:
         """Up to n_best (translation, score) pairs per line, best first (sampling: n_best draws, in the
-        order drawn); `translate`'s batching and prefixes."""
+        order drawn); `translate`'s batching and prefixes. split_sentences (n_best 1): the joined
+        translation, scored with the sum of its sentences' scores."""
         decode = self.options(**options)
         one_per_line("prefixes", prefixes, lines, ' ("" for none)')
         with self.lock:
-            return translate_nbest(
-                self.searcher, self.tokenizer, list(lines), decode, self.device, self.max_source, prefixes
+            return self._by_sentence(translate_nbest, lines, prefixes, decode, join_best)
+
+    def _by_sentence(self, search, lines: list[str], prefixes: list[str] | None, decode: DecodeConfig, join):
+        """search(...) over the lines, or with decode.split_sentences over their sentences, joined."""
+        lines = list(lines)
+        if not decode.split_sentences:
+            return search(
+                self.searcher, self.tokenizer, lines, decode, self.device, self.max_source, prefixes
+            )
+        split = splitter(self.spelling.name("split_sentences"))
+        sentences, counts = split_lines(lines, self.config.data.src_lang, split)
+        if prefixes is not None:  # a line's prefix starts its first sentence's translation
+            prefixes = [p for prefix, n in zip(prefixes, counts) for p in [prefix] + [""] * (n - 1)]
+        found = search(
+            self.searcher, self.tokenizer, sentences, decode, self.device, self.max_source, prefixes
+        )
+        return join_lines(found, counts, join)
+
+    def alignable(self, **options: Any) -> None:
+        """Refuses, before any translating, word alignments of lines split into sentences."""
+        if self.options(**options).split_sentences:
+            split = self.spelling.name("split_sentences")
+            raise ConfigError(
+                f"alignments: {split} joins the translations of a line's sentences, which are aligned "
+                f"one by one; ask for alignments without {split}",
+                "split_sentences",
             )
 
     def score(self, sources: list[str], references: list[str], **options: Any) -> list[Scored]:
@@ -151,9 +177,10 @@ class Translator:
                 self.model, self.tokenizer, list(sources), list(references), decode, self.device
             )
 
-    def align(self, lines: list[str], translations: list[str]) -> list[str]:
+    def align(self, lines: list[str], translations: list[str], **options: Any) -> list[str]:
         """Each line's word alignment to its translation (any engine's), Pharaoh `i-j` pairs read from
-        the torch model's last cross-attention."""
+        the torch model's last cross-attention (not with split_sentences: `alignable`)."""
+        self.alignable(**options)
         one_per_line("translations", translations, lines)
         with self.lock:
             return line_alignments(self.model, self.tokenizer, list(lines), list(translations))
@@ -182,6 +209,11 @@ class Translator:
     def max_source(self) -> int:
         """Source pieces a line may have before it is translated in parts: the run's data.max_len."""
         return self.config.data.max_len
+
+
+def join_best(found: list[list[tuple[str, float]]]) -> list[tuple[str, float]]:
+    """A line's sentences' 1-best (translation, score) pairs as the line's: texts joined, scores summed."""
+    return [(" ".join(hyps[0][0] for hyps in found), sum(hyps[0][1] for hyps in found))]
 
 
 def one_per_line(name: str, items: list[str] | None, lines: list[str], none: str = "") -> None:

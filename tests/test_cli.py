@@ -22,6 +22,12 @@ def test_train_translate_evaluate_toy(tmp_path, tiny):
     assert result.returncode == 0, result.stderr
     for name in ["config.yaml", "spm.model", "train.log", "metrics.jsonl", "last.pt", "best.pt"]:
         assert (run / name).is_file(), name
+    cleaning = json.loads((run / "card.json").read_text())["cleaning"]  # a files corpus: data.clean applies
+    removed = (run / "removed-pairs.tsv").read_text().splitlines()
+    assert set(cleaning["removed"]) == {"empty", "too_long", "ratio", "copy", "leak", "duplicate"}
+    assert cleaning["pairs_read"] == 400 == cleaning["kept"] + len(removed) > cleaning["kept"]
+    assert sum(cleaning["removed"].values()) == len(removed) and cleaning["lines"] == "removed-pairs.tsv"
+    assert f"kept {cleaning['kept']} of 400 training pairs; removed " in result.stderr
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in records if "loss" in r]
     val_rows = [r for r in records if "val_bleu" in r]

@@ -1,5 +1,6 @@
 """mt/corpus.py: the binarized training corpus: ids round-trip to text, the drop rule for empty and
-long pairs, a damaged or stale cache is rebuilt, the tokenizer's sample is seeded."""
+long pairs and data.clean's rules (mt.clean), a damaged or stale cache is rebuilt, the tokenizer's
+sample is seeded."""
 
 import dataclasses
 import logging
@@ -7,8 +8,8 @@ import logging
 import pytest
 import torch
 
-from mt import corpus
-from mt.config import DataConfig
+from mt import clean, corpus
+from mt.config import CleanConfig, DataConfig
 from mt.errors import DataError
 from mt.corpus import tokenizer_sample
 from mt.data import load_split
@@ -104,14 +105,15 @@ def test_tokenizer_sample_is_seeded_and_in_corpus_order(files, tmp_path):
 def test_empty_and_long_pairs_are_dropped_and_counted(files, tokenizer, caplog):
     caplog.set_level(logging.INFO, logger="mt")
     corpus.prepare(files, tokenizer)
-    kept, dropped = next(
-        (int(m.split()[1]), int(m.split()[5])) for m in caplog.messages if m.startswith("kept ")
+    kept, read = next(
+        (int(m.split()[1]), int(m.split()[3])) for m in caplog.messages if m.startswith("kept ")
     )
-    assert kept > 0 and dropped > 0 and kept + dropped == 400
+    assert 0 < kept < read == 400
     with pytest.raises(DataError) as e:
         corpus.prepare(DataConfig(corpus="files", dir=files.dir, max_len=1), tokenizer)
     assert str(e.value) == (
-        "no training pairs left: all 400 are empty or longer than data.max_len=1 pieces; raise data.max_len"
+        "no training pairs left of 400 (removed: 0 empty, 400 too long, 0 ratio, 0 copy, 0 leak, "
+        "0 duplicate); raise data.max_len, or relax data.clean"
     )
 
 
@@ -138,3 +140,101 @@ def test_bpe_dropout_views_are_seeded_samples_of_the_same_text(files, tokenizer,
         (rebuilt / name).write_bytes(b"")  # damaged: rebuilt, with the very same draws
     assert pieces(corpus.prepare(sampled, tokenizer, view=1)) == one
     assert tokenizer.encode(src) == plain  # sampling leaves plain encoding (validation, test) alone
+
+
+def _write(folder, name: str, lines: list[str]) -> None:
+    (folder / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def test_cleaning_removes_a_pair_for_the_first_rule_it_breaks_and_lists_its_line(files, tokenizer, tmp_path):
+    """Each rule of data.clean removes its kind of noise, counted under the first rule a pair breaks,
+    its line number (1-based) in removed.tsv; every other pair is kept, in order."""
+    folder = tmp_path
+    de, en = load_split(files, "train")
+    val_de, _ = load_split(files, "val")
+    _, test_en = load_split(files, "test")
+    similar = min(de[20:], key=lambda line: abs(len(line) - len(test_en[0])))  # no ratio outlier
+    noisy = [
+        ("", en[0]),  # 1 empty source
+        (de[1], "   \t "),  # 2 whitespace only
+        (de[2], " ".join([en[2]] * 6)),  # 3 ratio: six times as long
+        (en[3], en[3]),  # 4 copy
+        (val_de[0], en[4]),  # 5 a val source
+        (similar, test_en[0]),  # 6 a test target
+    ]
+    clean = list(zip(de[:20], en[:20]))
+    pairs = [clean[0], *noisy[:6], clean[0], *clean[1:], (de[7], en[7])]  # line 8 repeats line 1
+    _write(folder, "train.de", [s for s, _ in pairs])
+    _write(folder, "train.en", [t for _, t in pairs])
+    cfg = dataclasses.replace(files, max_len=100)
+    built = corpus.prepare(cfg, tokenizer)
+    removed = (built / "removed.tsv").read_text().splitlines()
+    assert removed == [
+        "2\tempty",
+        "3\tempty",
+        "4\tratio",
+        "5\tcopy",
+        "6\tleak",
+        "7\tleak",
+        "8\tduplicate",
+        "28\tduplicate",
+    ]
+    loaded = corpus.load(built)
+    kept_src = [
+        loaded.src[a : a + n].tolist() for a, n in zip(loaded.src_start.tolist(), loaded.src_len.tolist())
+    ]
+    assert tokenizer.decode(kept_src) == de[:20]
+    report = corpus.cleaning_report(built, tmp_path / "removed-pairs.tsv")
+    assert report == {
+        "pairs_read": 28,
+        "kept": 20,
+        "removed": {"empty": 2, "too_long": 0, "ratio": 1, "copy": 1, "leak": 2, "duplicate": 2},
+        "lines": "removed-pairs.tsv",
+    }
+    assert (tmp_path / "removed-pairs.tsv").read_text().splitlines() == removed
+
+
+def test_seen_pairs_finds_every_repeat_across_merges(monkeypatch):
+    """The compact duplicate memory answers as a set of every pair would, before and after merging its
+    recent pairs into the sorted tensor (here every 5 pairs)."""
+    monkeypatch.setattr(clean.SeenPairs, "MERGE", 5)
+    g = torch.Generator().manual_seed(0)
+    pairs = [(f"s{i}", f"t{j}") for i, j in torch.randint(0, 6, (300, 2), generator=g).tolist()]
+    seen, answers, naive = clean.SeenPairs(), [], set()
+    for start in range(0, 300, 7):  # chunks, a repeat often inside one
+        answers += seen.first_seen(pairs[start : start + 7])
+    for pair in pairs:
+        answers_naive = pair not in naive
+        naive.add(pair)
+        assert answers.pop(0) == answers_naive
+    distinct = len(set(pairs))
+    assert len(seen.old) > 0 and len(seen.old) + len(seen.recent) == distinct  # each once: 8 bytes a pair
+
+
+@pytest.mark.parametrize(
+    "corpus_name, apply, cleaned",
+    [("files", "auto", True), ("files", "never", False), ("toy", "auto", False), ("toy", "always", True)],
+)
+def test_cleaning_applies_to_files_corpora_unless_told(corpus_name, apply, cleaned):
+    cfg = DataConfig(corpus=corpus_name, dir="x", clean=CleanConfig(apply=apply))
+    assert clean.cleaning_applies(cfg) == cleaned
+
+
+def test_a_changed_val_file_rebuilds_the_cache_its_leak_rule_read(files, tokenizer, tmp_path, caplog):
+    """The leak rule reads the val and test files: a change to them is a change to the cache's key."""
+    files = dataclasses.replace(files, max_len=100)
+    de, en = load_split(files, "train")
+    first = corpus.prepare(files, tokenizer)
+    val_de, val_en = load_split(files, "val")
+    _write(tmp_path, "val.de", [de[3]] + val_de[1:])  # a training source is now a val line
+    with caplog.at_level(logging.INFO, logger="mt"):
+        second = corpus.prepare(files, tokenizer)
+    assert second != first
+    assert "4\tleak" in (second / "removed.tsv").read_text().splitlines()
+    assert "4\tleak" not in (first / "removed.tsv").read_text().splitlines()
+    never = dataclasses.replace(files, clean=CleanConfig(apply="never"))
+    assert (corpus.prepare(never, tokenizer) / "removed.tsv").read_text().splitlines() == [
+        line
+        for line in (first / "removed.tsv").read_text().splitlines()
+        if line.endswith(("empty", "too_long"))
+    ]

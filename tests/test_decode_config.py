@@ -53,6 +53,8 @@ def another(config: DecodeConfig, name: str):
         return next(c for c in field.metadata["choices"] if c != value)
     if name == "sample":
         return "topk:3" if value != "topk:3" else "topk:4"
+    if isinstance(value, bool):
+        return not value
     return value + (1 if isinstance(value, int) else 0.5)
 
 
@@ -96,6 +98,7 @@ configs = st.builds(
     sample=st.sampled_from(["", "topk:20", "topp:0.9"]),
     temperature=st.sampled_from([1.0, 0.7]),
     seed=st.sampled_from([0, 3]),
+    split_sentences=st.booleans(),
 )
 
 

@@ -83,6 +83,7 @@ def test_only_rank_zero_writes(ddp_and_single):
         "config.yaml",
         "last.pt",
         "metrics.jsonl",
+        "removed-pairs.tsv",
         "spm.model",
         "train.lock",
         "train.log",

@@ -9,6 +9,7 @@ import pytest
 from mt.cli import main
 from mt.errors import ConfigError
 from mt.evaluate import evaluate_run
+from mt.metrics import METRICS
 from mt.translator import Translator
 from mt.report import (
     Run,
@@ -35,6 +36,9 @@ def test_report_rows_keys_and_p_value(two_runs, tmp_path):
     assert rows["ls0"].split("|")[13].strip() == _p(tests[1]["chrf_p"])
     assert rows["ls01"].split("|")[11].strip() == "–"  # the baseline has no p
     assert "`ls0` vs `ls01`: BLEU" in text and text.count("★") == 2  # legend + the best row
+    header = [cell.strip() for cell in table[0].split("|")]
+    assert [m.label for m in METRICS] == [cell for cell in header if cell in {m.label for m in METRICS}]
+    assert all(f"- {m.label}" in text for m in METRICS)  # each metric's signature line
     assert (tmp_path / "report-curves.png").read_bytes()[:4] == b"\x89PNG"
     assert plots == "![training NLL and validation BLEU](report-curves.png)"
 

@@ -58,6 +58,16 @@ def test_nbest_and_scores_follow_the_options(client, served):
     assert [len(t["nbest"]) for t in got["translations"]] == [2, 1, 2]  # an empty line has one hypothesis
 
 
+def test_split_sentences_gives_one_joined_translation_a_line(client, served):
+    lines = ["Der Hund sieht die Katze. Die Katze schläft.", "", "Ein Mann läuft."]
+    got = client.post("/translate", json={"lines": lines, "split_sentences": True}).json()
+    alone = [
+        hyps[0][0] for hyps in expected(served, ["Der Hund sieht die Katze.", "Die Katze schläft.", lines[2]])
+    ]
+    assert [t["translation"] for t in got["translations"]] == [f"{alone[0]} {alone[1]}", "", alone[2]]
+    assert len(got["translations"]) == 3 and "alignment" not in got["translations"][0]
+
+
 def test_samples_are_mt_translates_line_for_line(client, served):
     lines = ["Ein Hund läuft .", "Zwei Männer", "Eine Frau sitzt ."]
     options = {"sample": "topk:20", "temperature": 1.5, "seed": 4}
@@ -169,7 +179,7 @@ LIMITS = [  # (body, status, error, name): every refusal, with the limits of the
         {"lines": ["a"], "colour": 2},
         422,
         "colour: unknown option; the options are lines, beam, n_best, length_penalty, max_len_a, max_len_b, "
-        "no_repeat_ngram, sample, temperature, seed, prefixes, alignments",
+        "no_repeat_ngram, sample, temperature, seed, split_sentences, prefixes, alignments",
         ("option", "colour"),
     ),
     (
@@ -228,6 +238,26 @@ LIMITS = [  # (body, status, error, name): every refusal, with the limits of the
         422,
         "alignments: Input should be a valid boolean",
         ("option", "alignments"),
+    ),
+    (
+        {"lines": ["a. b."], "split_sentences": True, "alignments": True},
+        422,
+        "alignments: split_sentences joins the translations of a line's sentences, which are aligned one "
+        "by one; ask for alignments without split_sentences",
+        ("option", "alignments"),
+    ),
+    (
+        {"lines": ["a. b."], "split_sentences": True, "beam": 3, "n_best": 2},
+        422,
+        "n_best: 2: split_sentences joins the best translation of each sentence, so it gives no n-best "
+        "lists; send n_best 1, or leave split_sentences out",
+        ("option", "n_best"),
+    ),
+    (
+        {"lines": ["a"], "split_sentences": 1},
+        422,
+        "split_sentences: Input should be a valid boolean",
+        ("option", "split_sentences"),
     ),
     ({"lines": "a"}, 422, "lines: Input should be a valid list", ("option", "lines")),
     ({"lines": ["a", 7]}, 422, "lines[1]: Input should be a valid string", ("option", "lines")),

@@ -17,7 +17,7 @@ from mt.decode_config import DecodeConfig
 from mt.tokenizer import EOS
 from mt.metrics import corpus_scores
 from mt.score import score_pairs
-from mt.translate import search_lines, split_pieces, translate_lines
+from mt.translate import search_lines, split_pieces, translate_lines, translate_nbest
 from mt.cli import main
 from conftest import run_main
 
@@ -211,6 +211,23 @@ def test_a_forced_prefix_starts_every_translation_and_an_empty_one_changes_nothi
     for f, h in ((f, h) for f, h, p in zip(forced, plain, prefixes) if not p):
         assert [x.tokens for x in f] == [x.tokens for x in h]
         assert [x.score for x in f] == pytest.approx([x.score for x in h], abs=1e-4)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_prefix_starts_the_translation_as_written_whatever_the_vocabulary_lacks(
+    trained_model, tokenizer, toy, beam
+):
+    lines = toy["test"][0][:3]
+    prefixes = ["Ωmega Zürich", "  the dog ", ""]  # Ω, Z and ü are no toy pieces: they decode as ⁇
+    assert "⁇" in tokenizer.decode(tokenizer.encode(prefixes[:1]))[0]
+    cfg = DecodeConfig(beam=beam, n_best=beam)
+    best = translate_lines(trained_model, tokenizer, lines, cfg, prefixes=prefixes)
+    assert best[0].startswith("Ωmega Zürich") and best[1].startswith("the dog") and "⁇" not in best[0]
+    assert best[2] == translate_lines(trained_model, tokenizer, lines[2:], cfg)[0]
+    for line, prefix in zip(
+        translate_nbest(trained_model, tokenizer, lines, cfg, prefixes=prefixes), prefixes
+    ):
+        assert all(text.startswith(prefix.strip()) for text, _ in line) and len(line) == beam
 
 
 def test_a_forced_prefix_keeps_true_log_probabilities(trained_model, tokenizer, toy):

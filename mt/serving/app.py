@@ -69,7 +69,7 @@ def request_field(name: str) -> tuple[Any, Any]:
     bounds = {} if meta.get("lo") is None else {"gt" if meta.get("lo_open") else "ge": meta["lo"]}
     bounds |= {} if meta.get("hi") is None else {"le": meta["hi"]}
     bounds |= {"allow_inf_nan": False} if kind is float else {}
-    strict = {int: StrictInt, str: StrictStr, float: float}[kind]
+    strict = {int: StrictInt, str: StrictStr, float: float, bool: StrictBool}[kind]
     return strict | None, Field(None, description=meta["help"] + "; default: the server's", **bounds)
 
 
@@ -143,6 +143,14 @@ def request_decoding(default: DecodeConfig, req: TranslateRequest, limits: Serve
         return decoding(default, options, REQUEST)
     except ConfigError as e:
         raise Refused(422, e.key, str(e)) from None
+
+
+def check_alignable(worker: Worker, req: TranslateRequest, decode: DecodeConfig) -> None:
+    if req.alignments:
+        try:
+            worker.translator.alignable(**dataclasses.asdict(decode))
+        except ConfigError as e:
+            raise Refused(422, "alignments", str(e)) from None
 
 
 def validation_error(errors: list[dict], fields: list[str], content_type: str) -> tuple[str, str]:
@@ -306,6 +314,7 @@ def add_routes(app: FastAPI, worker: Worker, info: dict) -> None:
             checked_lines(req.lines, worker.limits),
             request_decoding(worker.translator.decode, req, worker.limits),
         )
+        check_alignable(worker, req, decode)
         job = Job.translate(lines, decode, checked_prefixes(req, lines, worker.limits), req.alignments)
         return translation_json(await run(job) if lines else [], decode)
 

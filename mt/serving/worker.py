@@ -102,7 +102,7 @@ class Worker:
         options = dataclasses.asdict(decode)
         found = self.translator.nbest(lines, prefixes if any(prefixes) else None, **options)
         aligned = (
-            self.translator.align(lines, [hyps[0][0] for hyps in found])
+            self.translator.align(lines, [hyps[0][0] for hyps in found], **options)
             if alignments
             else [None] * len(lines)
         )

@@ -23,9 +23,11 @@ function showError(message) {
 }
 
 function readOptions() {
+  // split sentences: one joined translation a line, so no n-best list, alignment or attention map
+  const split = $("split-sentences").checked;
   return {
-    beam: parseInt($("beam").value, 10), n_best: parseInt($("n-best").value, 10),
-    length_penalty: parseFloat($("length-penalty").value),
+    beam: parseInt($("beam").value, 10), n_best: split ? 1 : parseInt($("n-best").value, 10),
+    length_penalty: parseFloat($("length-penalty").value), split_sentences: split,
   };
 }
 
@@ -36,8 +38,11 @@ async function translate() {
   state.options = readOptions();
   $("translate").disabled = true;
   try {
-    const data = await post("translate", { lines: state.lines, alignments: true, ...state.options });
+    const split = state.options.split_sentences;
+    const data = await post("translate", { lines: state.lines, alignments: !split, ...state.options });
     showResults(data.translations);
+    $("explorer").hidden = true;
+    if (split) return;
     fillSelect($("sentence"), state.lines.map((line, i) => [i, `${i + 1}: ${line.slice(0, 60)}`]));
     await loadAttention();
   } catch (e) {

@@ -1,0 +1,118 @@
+"""Corpus cleaning (data.clean): the verdict on each training pair as it is binarized (mt.corpus), in
+one streaming pass: an empty side or more than data.max_len pieces (always), then the rules of
+data.clean: length ratio, source equal to target, a source or target that is a line of the val or test
+files (a leak, which silently inflates test BLEU), and exact duplicates. A pair counts under the first
+rule it breaks; mt.corpus lists the removed pairs' line numbers and rules beside the binarized ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from mt.config import DataConfig
+from mt.data import TextSource, source_identity, source_lines, split_sources
+
+RULES = ("empty", "too_long", "ratio", "copy", "leak", "duplicate")  # a pair counts under the first it breaks
+
+
+def cleaning_applies(cfg: DataConfig) -> bool:
+    return cfg.clean.apply == "always" or (cfg.clean.apply == "auto" and cfg.corpus == "files")
+
+
+def held_out_sources(cfg: DataConfig) -> list[TextSource]:
+    """The val and test files (both sides) a training pair must not repeat: those that exist."""
+    sides = [side for split in ("val", "test") for side in split_sources(cfg, split)]
+    return [side for side in sides if not isinstance(side, Path) or side.exists()]
+
+
+class SeenPairs:
+    """Which pairs came before, in about 8 bytes a pair (a set of millions of Python ints takes ~70):
+    64-bit hashes, the recent ones in a set that is merged into a sorted tensor when it grows."""
+
+    MERGE = 1 << 18
+
+    def __init__(self) -> None:
+        self.old = torch.empty(0, dtype=torch.int64)
+        self.recent: set[int] = set()
+
+    def first_seen(self, pairs: list[tuple[str, str]]) -> list[bool]:
+        """For each pair in order, whether it is new (it is remembered)."""
+        keys = [hash(pair) for pair in pairs]  # salted per process: only compared within this pass
+        before = [False] * len(keys)
+        if len(self.old) and keys:
+            query = torch.tensor(keys, dtype=torch.int64)
+            at = torch.searchsorted(self.old, query).clamp(max=len(self.old) - 1)
+            before = (self.old[at] == query).tolist()
+        new = []
+        for key, seen in zip(keys, before):
+            new.append(not seen and key not in self.recent)
+            if new[-1]:
+                self.recent.add(key)
+        if len(self.recent) >= self.MERGE:
+            merged = torch.cat([self.old, torch.tensor(list(self.recent), dtype=torch.int64)])
+            self.old, self.recent = merged.sort().values, set()
+        return new
+
+
+class Cleaner:
+    """The verdict on each training pair, in corpus order: "" (kept) or the first rule it breaks
+    (RULES), with a count per rule. Pairs that are empty or over `max_len` pieces always go; the rules
+    of data.clean only where they apply."""
+
+    def __init__(self, cfg: DataConfig):
+        self.max_len = cfg.max_len
+        self.rules = cfg.clean if cleaning_applies(cfg) else None
+        self.seen = SeenPairs()
+        self.held_out: list[set[str]] = [set(), set()]  # source lines, target lines
+        if self.rules and self.rules.leaks:
+            for i, side in enumerate(held_out_sources(cfg)):
+                self.held_out[i % 2].update(source_lines(side))
+            self.held_out[0].discard(""), self.held_out[1].discard("")
+        self.counts = dict.fromkeys(self._active(), 0)
+
+    def _active(self) -> list[str]:
+        """The rules that can remove a pair here: empty and too_long always, the others as configured."""
+        r = self.rules
+        if not r:
+            return ["empty", "too_long"]
+        on = {"ratio": r.max_ratio > 0, "copy": r.copies, "leak": r.leaks, "duplicate": r.duplicates}
+        return [rule for rule in RULES if on.get(rule, True)]
+
+    def verdicts(self, pairs: list[tuple[str, str]], lengths: list[tuple[int, int]]) -> list[str]:
+        found = [self._rule(pair, n) for pair, n in zip(pairs, lengths)]
+        if self.rules and self.rules.duplicates:
+            kept = [i for i, rule in enumerate(found) if not rule]
+            for i, new in zip(kept, self.seen.first_seen([pairs[i] for i in kept])):
+                found[i] = "" if new else "duplicate"
+        for rule in found:
+            if rule:
+                self.counts[rule] += 1
+        return found
+
+    def _rule(self, pair: tuple[str, str], lengths: tuple[int, int]) -> str:
+        shorter, longer = sorted(lengths)
+        if not shorter:
+            return "empty"
+        if longer > self.max_len:
+            return "too_long"
+        r = self.rules
+        if not r:
+            return ""
+        if r.max_ratio and longer > r.max_ratio * shorter:
+            return "ratio"
+        if r.copies and pair[0] == pair[1]:
+            return "copy"
+        if r.leaks and (pair[0] in self.held_out[0] or pair[1] in self.held_out[1]):
+            return "leak"
+        return ""
+
+
+def cleaning_identity(cfg: DataConfig) -> list:
+    """What the verdicts depend on beyond the training files, the tokenizer and data.max_len."""
+    if not cleaning_applies(cfg):
+        return []
+    held_out = [source_identity(s) for s in held_out_sources(cfg)] if cfg.clean.leaks else []
+    return [dataclasses.asdict(cfg.clean), held_out]
