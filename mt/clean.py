@@ -1,8 +1,9 @@
 """Corpus cleaning (data.clean): the verdict on each training pair as it is binarized (mt.corpus), in
 one streaming pass: an empty side or more than data.max_len pieces (always), then the rules of
-data.clean: length ratio, source equal to target, a source or target that is a line of the val or test
-files (a leak, which silently inflates test BLEU), and exact duplicates. A pair counts under the first
-rule it breaks; mt.corpus lists the removed pairs' line numbers and rules beside the binarized ids.
+data.clean: length ratio, source equal to target, a side in the other side's language, a source or
+target that is a line of the val or test files (a leak, which silently inflates test BLEU), and exact
+duplicates. A pair counts under the first rule it breaks; mt.corpus lists the removed pairs' line
+numbers and rules beside the binarized ids.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import torch
 from mt.config import DataConfig
 from mt.data import TextSource, source_identity, source_lines, split_sources
 
-RULES = ("empty", "too_long", "ratio", "copy", "leak", "duplicate")  # a pair counts under the first it breaks
+# in the order they are tried: a pair counts under the first it breaks
+RULES = ("empty", "too_long", "ratio", "copy", "language", "leak", "duplicate")
 
 
 def cleaning_applies(cfg: DataConfig) -> bool:
@@ -26,6 +28,28 @@ def held_out_sources(cfg: DataConfig) -> list[TextSource]:
     """The val and test files (both sides) a training pair must not repeat: those that exist."""
     sides = [side for split in ("val", "test") for side in split_sources(cfg, split)]
     return [side for side in sides if not isinstance(side, Path) or side.exists()]
+
+
+_PUNCTUATION = ".,;:!?\"'()[]«»„“”‘’-"
+
+
+def words(line: str) -> list[str]:
+    return [w.strip(_PUNCTUATION) for w in line.lower().split()]
+
+
+class Languages:
+    """Which side's language a line is in, told from the val files' words: those that occur on only one
+    of their sides. A line with more words only the other side uses than words only its own side uses
+    is in the other language (a pair with its sides exchanged, a copied side)."""
+
+    def __init__(self, val_source: list[str], val_target: list[str]):
+        src, tgt = ({w for line in side for w in words(line)} for side in (val_source, val_target))
+        self.only = (src - tgt, tgt - src)
+
+    def wrong(self, line: str, side: int) -> bool:
+        found = words(line)
+        own, other = (sum(w in only for w in found) for only in (self.only[side], self.only[1 - side]))
+        return other > own
 
 
 class SeenPairs:
@@ -71,6 +95,8 @@ class Cleaner:
             for i, side in enumerate(held_out_sources(cfg)):
                 self.held_out[i % 2].update(source_lines(side))
             self.held_out[0].discard(""), self.held_out[1].discard("")
+        if self.rules and self.rules.languages:
+            self.languages = Languages(*(list(source_lines(side)) for side in split_sources(cfg, "val")))
         self.counts = dict.fromkeys(self._active(), 0)
 
     def _active(self) -> list[str]:
@@ -78,7 +104,13 @@ class Cleaner:
         r = self.rules
         if not r:
             return ["empty", "too_long"]
-        on = {"ratio": r.max_ratio > 0, "copy": r.copies, "leak": r.leaks, "duplicate": r.duplicates}
+        on = {
+            "ratio": r.max_ratio > 0,
+            "copy": r.copies,
+            "language": r.languages,
+            "leak": r.leaks,
+            "duplicate": r.duplicates,
+        }
         return [rule for rule in RULES if on.get(rule, True)]
 
     def verdicts(self, pairs: list[tuple[str, str]], lengths: list[tuple[int, int]]) -> list[str]:
@@ -105,6 +137,8 @@ class Cleaner:
             return "ratio"
         if r.copies and pair[0] == pair[1]:
             return "copy"
+        if r.languages and (self.languages.wrong(pair[0], 0) or self.languages.wrong(pair[1], 1)):
+            return "language"
         if r.leaks and (pair[0] in self.held_out[0] or pair[1] in self.held_out[1]):
             return "leak"
         return ""
@@ -114,5 +148,4 @@ def cleaning_identity(cfg: DataConfig) -> list:
     """What the verdicts depend on beyond the training files, the tokenizer and data.max_len."""
     if not cleaning_applies(cfg):
         return []
-    held_out = [source_identity(s) for s in held_out_sources(cfg)] if cfg.clean.leaks else []
-    return [dataclasses.asdict(cfg.clean), held_out]
+    return [dataclasses.asdict(cfg.clean), [source_identity(s) for s in held_out_sources(cfg)]]

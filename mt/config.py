@@ -27,11 +27,11 @@ class CleanConfig:
     more than data.max_len pieces are always dropped; these rules come on top."""
 
     apply: str = choice("auto", "auto", "always", "never")  # auto: `files` corpora (Multi30k is clean)
-    max_ratio: float = within(
-        3.0, 0.0
-    )  # longer side / shorter side, in pieces, above it a pair goes; 0 = off
+    # longer side / shorter side, in pieces, above which a pair goes (Multi30k: 26 of 29,000); 0 = off
+    max_ratio: float = within(2.0, 0.0)
     duplicates: bool = True  # a pair seen earlier in the corpus (same text on both sides)
     copies: bool = True  # source equal to target
+    languages: bool = True  # a side in the other side's language, told by the val files' words (mt.clean)
     leaks: bool = True  # a source or target that is a line of the val or test files
 
 
@@ -99,6 +99,9 @@ class TrainConfig:
     valid_beam: int = within(1, 1)  # beam of validation decoding, which best.pt is best at; fixed for a run
     save_every: int = within(0, 0)  # also write last.pt every N steps; 0 = at validations only
     log_every: int = within(50, 1)
+    tensorboard: bool = (
+        False  # also write metrics.jsonl's rows as TensorBoard scalars (extra: mt[tensorboard])
+    )
     max_nonfinite: int = within(5, 1)  # updates in a row with a non-finite loss before training stops
     seed: int = 1
     threads: int = within(0, 0)  # torch CPU threads; 0 = torch's default

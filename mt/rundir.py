@@ -33,12 +33,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 
 from mt.checkpoint import build_model, load_checkpoint, stored_config
-from mt.config import RunConfig, save_config
-from mt.errors import RunDirError, WriteError
+from mt.config import RunConfig, TrainConfig, save_config
+from mt.errors import ConfigError, RunDirError, WriteError
 from mt.files import write_failure, write_text
 from mt.model import Seq2Seq
 from mt.records import metrics_row_problem
@@ -198,10 +198,11 @@ def locked(run_dir: Path) -> Iterator[None]:
 class MetricsLog:
     """DIR/metrics.jsonl, one JSON object a line, flushed as written; `report` and resume read it. A
     line the OS refuses is a WriteError that stops the run, never a row silently lost (resume drops
-    a half-written last line)."""
+    a half-written last line). `board`: a TensorBoard SummaryWriter that gets every number of every
+    row as the scalar of the same name, at the row's step."""
 
-    def __init__(self, path: Path, append: bool):
-        self.path = path
+    def __init__(self, path: Path, append: bool, board: Any = None):
+        self.path, self.board = path, board
         try:
             self.file = open(path, "a" if append else "w", encoding="utf-8")
         except OSError as e:
@@ -213,10 +214,30 @@ class MetricsLog:
             self.file.flush()
         except OSError as e:
             raise write_failure(self.path, e) from None
+        for key, value in record.items() if self.board else ():
+            if key != "step" and type(value) in (int, float):
+                self.board.add_scalar(key, value, record["step"])
 
     def close(self) -> None:
+        if self.board:
+            self.board.close()
         with contextlib.suppress(OSError):  # after a refused write: the error is already on its way
             self.file.close()
+
+
+def tensorboard_writer(train: TrainConfig) -> type | None:
+    """torch's SummaryWriter where train.tensorboard asks for one (checked before a run's first write),
+    else None."""
+    if not train.tensorboard:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ConfigError(
+            "train.tensorboard: needs the tensorboard package; pip install 'mt[tensorboard]' (or "
+            "tensorboard), or set train.tensorboard: false"
+        ) from None
+    return SummaryWriter
 
 
 class RunLogHandler(logging.FileHandler):
@@ -270,10 +291,12 @@ def open_run_dir(
     resume_step: int | None,
     force_new: bool,
     start_log: Callable[[Path], None],
+    board: type | None = None,
 ) -> MetricsLog:
     """The run's first writes, made once every check on user input has passed: archive the previous
     run (--force-new), then train.log, config.yaml, spm.model (fresh runs) and metrics.jsonl (cut back
-    to the resumed step)."""
+    to the resumed step), and with `board` (`tensorboard_writer`) a TensorBoard event file in DIR whose
+    events after the resumed step are hidden, as those rows are cut."""
     if force_new and (run_dir / "last.pt").exists():
         archive_previous(run_dir)
     try:
@@ -287,4 +310,6 @@ def open_run_dir(
         tokenizer.save(run_dir / "spm.model")
     else:
         keep_metrics_until(metrics, resume_step)
-    return MetricsLog(metrics, append=resume_step is not None)
+    purge = None if resume_step is None else resume_step + 1
+    writer = board(str(run_dir), purge_step=purge, flush_secs=30) if board else None
+    return MetricsLog(metrics, append=resume_step is not None, board=writer)

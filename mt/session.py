@@ -182,9 +182,9 @@ def setup(
     model, optimizer, scaler, progress = learner(cfg, tokenizer.vocab_size, device, resumed, parent, ranks)
     metrics = cleaning = None
     if ranks.main:  # the first write: the lock, then the run's files
-        step = progress.step if resumed else None
+        step, board = (progress.step if resumed else None), rundir.tensorboard_writer(cfg.train)
         metrics, cleaning = first_writes(
-            cfg, run_dir, tokenizer, step, force_new, start_log, cleanup, folders[0]
+            cfg, run_dir, tokenizer, step, force_new, board, start_log, cleanup, folders[0]
         )
         if origin:  # recorded at once: a run stopped by a crash still names what it came from
             update_card(run_dir, config=config_section(cfg), parameters=count_parameters(model), **origin)
@@ -215,6 +215,7 @@ def first_writes(
     tokenizer: Tokenizer,
     resume_step: int | None,
     force_new: bool,
+    board: type | None,
     start_log: Callable[[Path], None],
     cleanup: contextlib.ExitStack,
     corpus_folder: Path,
@@ -222,7 +223,7 @@ def first_writes(
     """Rank 0's writes once every check has passed: the lock, the run's files (rundir.open_run_dir) and
     the list of the training pairs data.clean removed; the metrics log and the cleaning report."""
     cleanup.enter_context(rundir.locked(run_dir))
-    metrics = rundir.open_run_dir(run_dir, cfg, tokenizer, resume_step, force_new, start_log)
+    metrics = rundir.open_run_dir(run_dir, cfg, tokenizer, resume_step, force_new, start_log, board)
     cleanup.callback(metrics.close)
     return metrics, corpus.cleaning_report(corpus_folder, run_dir / "removed-pairs.tsv")
 

@@ -24,7 +24,7 @@ def test_train_translate_evaluate_toy(tmp_path, tiny):
         assert (run / name).is_file(), name
     cleaning = json.loads((run / "card.json").read_text())["cleaning"]  # a files corpus: data.clean applies
     removed = (run / "removed-pairs.tsv").read_text().splitlines()
-    assert set(cleaning["removed"]) == {"empty", "too_long", "ratio", "copy", "leak", "duplicate"}
+    assert set(cleaning["removed"]) == {"empty", "too_long", "ratio", "copy", "language", "leak", "duplicate"}
     assert cleaning["pairs_read"] == 400 == cleaning["kept"] + len(removed) > cleaning["kept"]
     assert sum(cleaning["removed"].values()) == len(removed) and cleaning["lines"] == "removed-pairs.tsv"
     assert f"kept {cleaning['kept']} of 400 training pairs; removed " in result.stderr
@@ -101,7 +101,8 @@ def test_unknown_key_is_one_line_exit_2(tmp_path):
         "mean 'lr'? valid keys: "
         "lr, warmup_steps, schedule, max_tokens, max_steps, max_minutes, label_smoothing, precision, "
         "device, dist_backend, clip_norm, accumulate, patience, best_metric, keep_last, average_last, "
-        "valid_every, valid_beam, save_every, log_every, max_nonfinite, seed, threads, init_from, freeze\n"
+        "valid_every, valid_beam, save_every, log_every, tensorboard, max_nonfinite, seed, threads, "
+        "init_from, freeze\n"
     )
 
 

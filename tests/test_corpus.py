@@ -112,8 +112,8 @@ def test_empty_and_long_pairs_are_dropped_and_counted(files, tokenizer, caplog):
     with pytest.raises(DataError) as e:
         corpus.prepare(DataConfig(corpus="files", dir=files.dir, max_len=1), tokenizer)
     assert str(e.value) == (
-        "no training pairs left of 400 (removed: 0 empty, 400 too long, 0 ratio, 0 copy, 0 leak, "
-        "0 duplicate); raise data.max_len, or relax data.clean"
+        "no training pairs left of 400 (removed: 0 empty, 400 too long, 0 ratio, 0 copy, 0 language, "
+        "0 leak, 0 duplicate); raise data.max_len, or relax data.clean"
     )
 
 
@@ -159,11 +159,12 @@ def test_cleaning_removes_a_pair_for_the_first_rule_it_breaks_and_lists_its_line
         (de[1], "   \t "),  # 2 whitespace only
         (de[2], " ".join([en[2]] * 6)),  # 3 ratio: six times as long
         (en[3], en[3]),  # 4 copy
-        (val_de[0], en[4]),  # 5 a val source
-        (similar, test_en[0]),  # 6 a test target
+        (en[6], de[6]),  # 5 sides exchanged: each in the other's language
+        (val_de[0], en[4]),  # 6 a val source
+        (similar, test_en[0]),  # 7 a test target
     ]
     clean = list(zip(de[:20], en[:20]))
-    pairs = [clean[0], *noisy[:6], clean[0], *clean[1:], (de[7], en[7])]  # line 8 repeats line 1
+    pairs = [clean[0], *noisy, clean[0], *clean[1:], (de[7], en[7])]  # line 9 repeats line 1
     _write(folder, "train.de", [s for s, _ in pairs])
     _write(folder, "train.en", [t for _, t in pairs])
     cfg = dataclasses.replace(files, max_len=100)
@@ -174,10 +175,11 @@ def test_cleaning_removes_a_pair_for_the_first_rule_it_breaks_and_lists_its_line
         "3\tempty",
         "4\tratio",
         "5\tcopy",
-        "6\tleak",
+        "6\tlanguage",
         "7\tleak",
-        "8\tduplicate",
-        "28\tduplicate",
+        "8\tleak",
+        "9\tduplicate",
+        "29\tduplicate",
     ]
     loaded = corpus.load(built)
     kept_src = [
@@ -186,9 +188,17 @@ def test_cleaning_removes_a_pair_for_the_first_rule_it_breaks_and_lists_its_line
     assert tokenizer.decode(kept_src) == de[:20]
     report = corpus.cleaning_report(built, tmp_path / "removed-pairs.tsv")
     assert report == {
-        "pairs_read": 28,
+        "pairs_read": 29,
         "kept": 20,
-        "removed": {"empty": 2, "too_long": 0, "ratio": 1, "copy": 1, "leak": 2, "duplicate": 2},
+        "removed": {
+            "empty": 2,
+            "too_long": 0,
+            "ratio": 1,
+            "copy": 1,
+            "language": 1,
+            "leak": 2,
+            "duplicate": 2,
+        },
         "lines": "removed-pairs.tsv",
     }
     assert (tmp_path / "removed-pairs.tsv").read_text().splitlines() == removed

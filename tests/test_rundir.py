@@ -1,15 +1,21 @@
 """mt/rundir.py: reading a run directory checks its files and writes nothing (a replaced spm.model, a
-bad metrics line), resuming needs the same config, and DIR/train.lock refuses a second training."""
+bad metrics line), resuming needs the same config, DIR/train.lock refuses a second training, and
+train.tensorboard mirrors metrics.jsonl."""
 
+import json
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from mt.cli import main
+from mt.config import TrainConfig
+from mt.errors import ConfigError
+from mt.rundir import tensorboard_writer
 from conftest import file_hashes, run_main, sets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,3 +154,46 @@ def test_resume_with_a_different_config_is_refused(capsys, trained, tmp_path):
         k: v for k, v in before.items() if k in {p.name for p in archived[0].iterdir()}
     }
     assert torch.load(run / "last.pt", weights_only=True)["config"]["model"]["d_ff"] == 128
+
+
+@pytest.mark.slow
+def test_tensorboard_events_read_back_equal_metrics_jsonl(tiny, tmp_path, capsys):
+    """train.tensorboard: every number of every metrics.jsonl row is a scalar of the same name at the
+    row's step (stored as float32); rank 0 writes it (tests/test_distributed.py lists rank 0's files)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "run"
+    sets = [*tiny, "train.max_steps=12", "train.valid_every=6", "train.log_every=3", "train.tensorboard=true"]
+    assert (
+        run_main(
+            capsys,
+            "train",
+            "configs/toy.yaml",
+            "--run-dir",
+            str(run),
+            *(a for s in sets for a in ("--set", s)),
+        )[0]
+        == 0
+    )
+    events = EventAccumulator(str(run))
+    events.Reload()
+    board = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    wanted: dict[str, list] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key != "step" and type(value) in (int, float):
+                wanted.setdefault(key, []).append((row["step"], pytest.approx(value, rel=1e-6, abs=1e-30)))
+    assert {"loss", "lr", "tokens_per_s", "val_bleu", "val_chrf", "val_loss"} <= set(wanted)
+    assert board == wanted
+
+
+def test_tensorboard_without_the_package_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    with pytest.raises(ConfigError) as e:
+        tensorboard_writer(TrainConfig(tensorboard=True))
+    assert str(e.value) == (
+        "train.tensorboard: needs the tensorboard package; pip install 'mt[tensorboard]' (or tensorboard), "
+        "or set train.tensorboard: false"
+    )
+    assert tensorboard_writer(TrainConfig()) is None
