@@ -51,11 +51,17 @@ def _at_least(lo: float, kind: type = int):
 
 
 def _run_options(
-    p: argparse.ArgumentParser, decoding: tuple[str, ...] | None = None, skip=("n_best",), device=True
+    p: argparse.ArgumentParser,
+    decoding: tuple[str, ...] | None = None,
+    skip=("n_best",),
+    device=True,
+    run=True,
 ) -> None:
-    """--run, --checkpoint, --device (unless not `device`) and the decoding flags (`decoding`: only
-    those; () for none), shared by the commands that load a run."""
-    p.add_argument("--run", help="run directory (required)")
+    """--run (unless not `run`: the command names its run otherwise), --checkpoint, --device (unless
+    not `device`) and the decoding flags (`decoding`: only those; () for none), shared by the commands
+    that load a run."""
+    if run:
+        p.add_argument("--run", help="run directory (required)")
     p.add_argument(
         "--checkpoint",
         default="best",
@@ -151,6 +157,13 @@ def _score_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _distill_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--teacher", dest="run", required=True, metavar="RUN", help="the teacher's run directory")
+    _run_options(p, skip=("n_best", "sample", "temperature", "seed", "split_sentences"), run=False)
+    _ensemble_option(p, "translate")
+    p.add_argument("--out", help="where the distilled corpus folder goes (default: data/distilled)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mt", description="Train and run Transformer translation models.")
     parser.add_argument("--version", action="version", version=f"mt {__version__}")
@@ -188,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     _run_options(p)
     _serve_options(p)
     _ensemble_option(p, "serve")
+    _distill_options(
+        command("distill", "translate a teacher run's training sources once: a corpus for a student")
+    )
     p = command("attention", "plot cross-attention of the greedy translation of one sentence")
     p.add_argument("sentence")
     _run_options(p, decoding=())

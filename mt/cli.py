@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import json
 import logging
 import os
 import sys
@@ -277,6 +278,20 @@ def _exit_code(e: Exception) -> int | None:
     return 1 if isinstance(e, (TrainingError, RankFailure)) else None
 
 
+def cmd_distill(args: argparse.Namespace) -> None:
+    from mt.distill import distill
+
+    _setup_logging()
+    folder = distill(_open(args, ensemble=args.ensemble or []), Path(args.out) if args.out else None)
+    record = json.loads((folder / "teacher.json").read_text(encoding="utf-8"))
+    print(
+        f"{folder}: {record['lines']} lines, translated in {record['translate_s']:.0f} s; train a student "
+        f"on it with --set data.corpus=files --set data.dir={folder}",
+        file=sys.stderr,
+    )
+    print(folder)  # on stdout alone: --set data.dir=$(mt distill ...)
+
+
 COMMANDS = {
     "train": cmd_train,
     "translate": cmd_translate,
@@ -287,6 +302,7 @@ COMMANDS = {
     "export": cmd_export,
     "serve": cmd_serve,
     "attention": cmd_attention,
+    "distill": cmd_distill,
 }
 
 

@@ -63,7 +63,9 @@ class TokenizerConfig:
 class ModelConfig:
     d_model: int = within(256, 8)
     n_heads: int = within(4, 1)
-    layers: int = within(3, 1)  # encoder layers = decoder layers
+    layers: int = within(3, 1)  # encoder and decoder layers, unless these two say otherwise
+    encoder_layers: int = within(0, 0)  # 0 = layers (a deep encoder costs once a sentence)
+    decoder_layers: int = within(0, 0)  # 0 = layers (a shallow decoder: it runs once an output token)
     d_ff: int = within(1024, 8)
     dropout: float = within(0.1, 0.0, 0.99)  # embeddings and residual branches
     attention_dropout: float = within(0.0, 0.0, 0.99)  # on attention weights (forces SDPA's slow path)
@@ -71,6 +73,11 @@ class ModelConfig:
     norm: str = choice("pre", "pre", "post")
     tie_embeddings: bool = True
     max_positions: int = within(512, 8)
+
+    @property
+    def depth(self) -> tuple[int, int]:
+        """(encoder layers, decoder layers)."""
+        return self.encoder_layers or self.layers, self.decoder_layers or self.layers
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def model_spec(model: Seq2Seq, tokenizer: Tokenizer):
     from ctranslate2.specs import TransformerSpec
 
     cfg = model.cfg
-    spec = TransformerSpec.from_config(cfg.layers, cfg.n_heads, pre_norm=cfg.norm == "pre")
+    spec = TransformerSpec.from_config(cfg.depth, cfg.n_heads, pre_norm=cfg.norm == "pre")
     spec.config.layer_norm_epsilon = model.encoder[0].res_attn.norm.eps
     for side, embed in ((spec.encoder, model.src_embed), (spec.decoder, model.tgt_embed)):
         embeddings = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings

@@ -262,8 +262,9 @@ class Seq2Seq(nn.Module):
             self.out_proj.weight = self.src_embed.weight
         self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, D), persistent=False)
         self.drop = Dropout(cfg.dropout)
-        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
-        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
+        encoder_layers, decoder_layers = cfg.depth
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(decoder_layers))
         pre = cfg.norm == "pre"  # pre-norm stacks end in a norm; post-norm layers already end in one
         self.enc_norm = nn.LayerNorm(D) if pre else nn.Identity()
         self.dec_norm = nn.LayerNorm(D) if pre else nn.Identity()

@@ -1,6 +1,7 @@
 """A run's parent: the run whose weights (`train.init_from`, fine-tuning) or tokenizer
 (`tokenizer.from_run`) it starts from, each checked before the run writes anything, and the lineage its
-card records. (Runs that decode together, an ensemble, are opened by mt.translator.)
+card records. (Runs that decode together, an ensemble, are opened by mt.translator.) A run trained on a
+distilled corpus (mt.distill) records its teacher, from the corpus folder's teacher.json.
 
 A child of `train.init_from: RUN[@best|last|averaged|FILE]` starts from that checkpoint's weights with
 a fresh optimizer, step counter and schedule, and tokenizes with RUN's spm.model unchanged. Its model
@@ -13,17 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from mt.checkpoint import load_checkpoint, stored_config
 from mt.config import RunConfig, read_saved_config
-from mt.errors import ConfigError, RunDirError
+from mt.errors import ConfigError, DataError, RunDirError
 from mt.files import file_sha256
 from mt.rundir import checkpoint_path, run_tokenizer
 from mt.tokenizer import Tokenizer
 
 TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout")  # model keys a child may change
+TEACHER = "teacher.json"  # in a distilled corpus folder: what made it (mt.distill)
 
 
 @dataclass
@@ -105,3 +108,19 @@ def mismatches(theirs: RunConfig, ours: RunConfig, section: str, source: Path, i
     return [
         f"{section}.{k}: {a[k]!r} in {source}, {b[k]!r} here" for k in a if k not in ignore and a[k] != b[k]
     ]
+
+
+def teacher_of(cfg: RunConfig) -> dict:
+    """The card's `teacher` of a run trained on a distilled corpus: its folder's teacher.json (the
+    teacher run, checkpoint sha256, decoding settings and time spent), as mt.distill checked it; else {}."""
+    path = Path(cfg.data.dir) / TEACHER
+    if cfg.data.corpus != "files" or not path.exists():
+        return {}
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        teacher = {
+            key: record[key] for key in ("run", "checkpoint", "sha256", "ensemble", "name", "translate_s")
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        raise DataError(f"{path}: damaged; run mt distill again to rewrite the distilled corpus") from None
+    return {"teacher": teacher}

@@ -166,6 +166,7 @@ class Card:
     parent: Origin = None
     tokenizer_from: Origin = None
     cleaning: Cleaning = None
+    teacher: dict = None  # a student's: what translated its distilled corpus (mt.parent.teacher_of)
 
 
 # ---- metrics.jsonl -----------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from mt.errors import ConfigError, RunDirError, WriteError
 from mt.batching import BatchStream, Pairs
 from mt.data import load_split
 from mt.model import Seq2Seq, count_parameters
-from mt.parent import Parent, parent_of, shared_tokenizer
+from mt.parent import Parent, parent_of, shared_tokenizer, teacher_of
 from mt.records import RESUME_KEYS, Progress, progress_of
 from mt.rundir import MetricsLog, read_metrics, run_tokenizer
 from mt.tokenizer import Tokenizer
@@ -177,6 +177,7 @@ def setup(
     tokenizer, pairs, origin = (
         (resumed[1], None, {}) if resumed else new_tokenizer(cfg, run_dir, parent, ranks)
     )
+    origin |= {} if resumed else teacher_of(cfg)
     train_pairs, folders = training_corpus(cfg, tokenizer, pairs, ranks)
     val = make_validation(*val_lines, tokenizer, cfg.train.max_tokens) if ranks.main else None
     model, optimizer, scaler, progress = learner(cfg, tokenizer.vocab_size, device, resumed, parent, ranks)

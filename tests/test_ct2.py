@@ -199,3 +199,22 @@ def test_export_then_translate_and_evaluate_with_the_engine(run, tmp_path, capsy
     assert (result["engine"], result["compute_type"]) == ("ctranslate2", "int8")
     code, err = run_main(capsys, "translate", "--run", str(run), "--compute-type", "int8")
     assert (code, err) == (2, "mt: error: --compute-type int8 is CTranslate2's: add --engine ctranslate2\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_a_deep_encoder_and_shallow_decoder_export_with_identical_greedy_outputs(
+    tokenizer, toy, tmp_path, norm
+):
+    """model.encoder_layers / decoder_layers: CTranslate2's spec takes the two depths; the export
+    translates as mt does (a briefly trained model, so hypotheses end with eos at different steps)."""
+    cfg = dataclasses.replace(TEXT_MODEL, encoder_layers=3, decoder_layers=1, norm=norm)
+    model = train_on_toy(tokenizer, toy, cfg, 2000, 150)
+    assert (len(model.encoder), len(model.decoder)) == (3, 1)
+    lines = toy["test"][0][:100]
+    decode = DecodeConfig(beam=1)
+    mine = search_lines(model, tokenizer, lines, decode)
+    theirs = search_lines(
+        loaded(exported(model, tokenizer, tmp_path / "ct2"), model, tokenizer), tokenizer, lines, decode
+    )
+    assert agreeing(mine, theirs) >= 99

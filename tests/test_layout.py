@@ -40,6 +40,7 @@ ORDER = [
     "rundir",
     "parent",
     "translator",
+    "distill",
     "step",
     "session",
     "train",

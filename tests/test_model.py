@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from mt.batching import make_batch
-from mt.config import FREEZABLE
-from mt.model import Dropout, KVCache, decoder_self_mask
+from mt.config import FREEZABLE, ModelConfig
+from mt.model import Dropout, KVCache, Seq2Seq, decoder_self_mask
 from mt.tokenizer import BOS, PAD
 
 
@@ -300,3 +300,11 @@ def test_freeze_stops_exactly_the_named_parts(small_model, parts):
     frozen = tuple(p for part in parts for p in prefixes[part])
     for name, p in small_model.named_parameters():  # the tied matrix is listed once, as src_embed
         assert p.requires_grad == (not name.startswith(frozen)), name
+
+
+def test_encoder_and_decoder_depths_default_to_layers():
+    """model.layers is the shorthand for both stacks; encoder_layers / decoder_layers set each."""
+    assert ModelConfig(layers=4).depth == (4, 4)
+    assert ModelConfig(layers=4, encoder_layers=6, decoder_layers=1).depth == (6, 1)
+    model = Seq2Seq(ModelConfig(d_model=16, n_heads=2, d_ff=32, layers=2, decoder_layers=1), vocab_size=20)
+    assert (len(model.encoder), len(model.decoder), len(model.new_cache().self_kv)) == (2, 1, 1)

@@ -302,6 +302,7 @@ def test_health_info_and_the_page(client, served):
     info = client.get("/info").json()
     assert (info["name"], info["checkpoint"], info["card"]["steps"]) == ("toy", str(served[0] / "best.pt"), 6)
     assert info["limits"]["max_lines"] == 8 and info["model"]["heads"] == served[3].cfg.n_heads
+    assert (info["model"]["encoder_layers"], info["model"]["decoder_layers"]) == served[3].cfg.depth
     page = client.get("/")
     assert page.status_code == 200 and 'src="static/app.js"' in page.text
     for name in ("app.js", "style.css"):

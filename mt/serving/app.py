@@ -232,7 +232,8 @@ def server_info(translator: Translator, limits: ServeLimits) -> dict:
         "ensemble": [str(t.run), *t.ensemble] if t.ensemble else None,
         "device": str(t.device),
         "model": {
-            "layers": m.layers,
+            "encoder_layers": m.depth[0],
+            "decoder_layers": m.depth[1],
             "d_model": m.d_model,
             "heads": m.n_heads,
             "vocab_size": t.model.vocab_size,

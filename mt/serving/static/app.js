@@ -215,7 +215,7 @@ async function showModel() {
     const info = await (await fetch("info")).json();
     const card = info.card || {};
     const bleu = card.best_val_bleu == null ? "" : `, best validation BLEU ${card.best_val_bleu.toFixed(2)}`;
-    $("model-info").textContent = `${info.name}: ${info.model.layers} layers, d ${info.model.d_model}, ` +
+    $("model-info").textContent = `${info.name}: ${info.model.encoder_layers}+${info.model.decoder_layers} layers, d ${info.model.d_model}, ` +
       `${info.model.heads} heads · ${info.checkpoint} · ${card.steps ?? "?"} steps${bleu}`;
     $("beam").max = info.limits.max_beam;
   } catch (e) {

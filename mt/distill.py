@@ -1,0 +1,141 @@
+"""Sequence-level knowledge distillation (Kim & Rush 2016): a teacher run translates its training
+sources once, and a student trains on those translations (`mt distill`, then a config whose data is
+the distilled folder). A student decoding greedily then comes near its teacher's beam search.
+
+The distilled corpus is a `files` corpus folder: train.SRC (the sources, as read), train.TGT (the
+teacher's translations), and the teacher's val and test files copied beside them (a student validates
+and is tested on the real references). Its name is the teacher's checkpoint sha256 (and its
+ensemble's) with the decoding settings, so the same teacher and settings find it again; teacher.json,
+written last, says what made it, with the sha256 of each file, and checks it on reuse (the student's
+card records it as `teacher`: mt.parent). Translation goes in chunks appended to train.TGT.partial,
+each flushed to disk: a killed distillation resumes at the first line it lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from mt.data import downloads_dir, load_split, source_lines, split_sources
+from mt.decode_config import evaluation_name
+from mt.errors import DataError
+from mt.files import file_sha256, write_failure, write_text
+from mt.parent import TEACHER
+from mt.translator import Translator
+
+CHUNK = 1000  # source lines a chunk: sorted into token-budget batches, then appended and flushed
+
+
+def distilled_root() -> Path:
+    """Where distilled corpora go unless told: distilled/ beside the downloads (data/ of a checkout)."""
+    return downloads_dir() / "distilled"
+
+
+def teacher_record(t: Translator) -> dict:
+    """Who translated: the run, its checkpoint's sha256 (and the ensemble's), the decoding settings."""
+    runs = [t.run, *map(Path, t.ensemble)]
+    return {
+        "run": str(t.run),
+        "checkpoint": t.checkpoint.name,
+        "sha256": [file_sha256(run / t.checkpoint.name) for run in runs],
+        "ensemble": [str(run) for run in runs[1:]],
+        "decode": dataclasses.asdict(t.decode),
+        "name": evaluation_name("train", t.decode, t.checkpoint.stem, len(runs)),
+    }
+
+
+def folder_for(record: dict, root: Path) -> Path:
+    key = hashlib.sha256(json.dumps([record["sha256"], record["decode"]]).encode()).hexdigest()[:16]
+    return root / f"{Path(record['run']).name}-{record['name']}-{key}"
+
+
+def distill(t: Translator, root: Path | None = None) -> Path:
+    """The distilled corpus of `t` (a teacher opened with its decoding settings): found, checked and
+    reused; or made, resuming a killed run's partial file."""
+    record = teacher_record(t)
+    folder = folder_for(record, root or distilled_root())
+    if (folder / TEACHER).exists():
+        check(folder, record)
+        return folder
+    data = t.config.data
+    sources = list(source_lines(split_sources(data, "train")[0]))
+    names = {side: f"train.{lang}" for side, lang in (("src", data.src_lang), ("tgt", data.tgt_lang))}
+    partial = folder / f"{names['tgt']}.partial"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        done, start = _resume(partial, len(sources)), time.perf_counter()
+        _translate(t, sources, done, partial)
+        record |= {"resumed_at": done, "translate_s": round(time.perf_counter() - start, 1)}
+        _copy_held_out(t, folder)
+        write_text(folder / names["src"], "".join(line + "\n" for line in sources))
+        os.replace(partial, folder / names["tgt"])
+        files = sorted(p.name for p in folder.iterdir() if p.name != TEACHER)
+        record |= {"lines": len(sources), "files": {name: file_sha256(folder / name) for name in files}}
+        write_text(folder / TEACHER, json.dumps(record, indent=1) + "\n")
+    except OSError as e:
+        raise write_failure(folder, e) from None
+    return folder
+
+
+def _resume(partial: Path, total: int) -> int:
+    """The whole lines a killed distillation left in `partial` (a cut last line is dropped)."""
+    if not partial.exists():
+        return 0
+    data = partial.read_bytes()
+    whole = data[: data.rfind(b"\n") + 1]
+    if len(whole) != len(data):
+        partial.write_bytes(whole)
+    lines = whole.count(b"\n")
+    if lines > total:
+        raise DataError(
+            f"{partial}: {lines} lines, more than the {total} training sources; delete it to distill again"
+        )
+    return lines
+
+
+def _translate(t: Translator, sources: list[str], done: int, partial: Path) -> None:
+    """Translate sources[done:] in chunks, each appended to `partial` and flushed to disk."""
+    with (
+        open(partial, "a", encoding="utf-8") as out,
+        tqdm(total=len(sources), initial=done, unit=" sent", desc="distill", disable=None) as bar,
+    ):
+        for start in range(done, len(sources), CHUNK):
+            chunk = sources[start : start + CHUNK]
+            out.write("".join(line + "\n" for line in t.translate(chunk)))
+            out.flush()
+            os.fsync(out.fileno())
+            bar.update(len(chunk))
+
+
+def _copy_held_out(t: Translator, folder: Path) -> None:
+    """The teacher's val and test files beside the distilled training pairs."""
+    data = t.config.data
+    for split in ("val", "test"):
+        for lang, lines in zip((data.src_lang, data.tgt_lang), load_split(data, split)):
+            write_text(folder / f"{split}.{lang}", "".join(line + "\n" for line in lines))
+
+
+def check(folder: Path, record: dict) -> dict:
+    """teacher.json of a distilled folder, checked: the same teacher and settings, every file as
+    written; else a one-line DataError saying what to do."""
+    path = folder / TEACHER
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        files = stored["files"]
+        damaged = [name for name, sha in files.items() if file_sha256(folder / name) != sha]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        damaged = [TEACHER]
+    if damaged:
+        raise DataError(
+            f"{folder}: damaged distilled corpus ({', '.join(damaged)} not as {TEACHER} recorded); "
+            f"delete the folder and run mt distill again"
+        )
+    if any(stored.get(key) != record[key] for key in ("sha256", "decode")):
+        raise DataError(f"{path}: made by another teacher or other decoding settings; use another --out")
+    return stored

@@ -1,0 +1,124 @@
+"""mt/distill.py: a teacher's translations of its training sources, made once, line-aligned, resumable
+after a kill, checked on reuse; the student trained on them records its teacher."""
+
+import json
+
+import pytest
+from conftest import ROOT, run_main
+
+from mt import distill as distill_module
+from mt.config import load_config
+from mt.data import load_split
+from mt.distill import distill
+from mt.errors import DataError
+from mt.files import file_sha256
+from mt.train import train
+from mt.translator import Translator
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def teacher_run(tiny, tmp_path_factory):
+    """A tiny run trained long enough to say something (90 updates, lr 3e-3): (run dir, overrides)."""
+    run = tmp_path_factory.mktemp("teacher") / "run"
+    overrides = [
+        *tiny,
+        "train.max_steps=90",
+        "train.lr=3e-3",
+        "train.warmup_steps=20",
+        "train.valid_every=90",
+    ]
+    train(load_config(ROOT / "configs/toy.yaml", overrides), run)
+    return run, overrides
+
+
+def test_the_distilled_corpus_is_the_teachers_translations_line_by_line(teacher_run, tmp_path):
+    teacher = Translator.from_run(teacher_run[0], device="cpu", beam=2)
+    folder = distill(teacher, tmp_path)
+    sources, _ = load_split(teacher.config.data, "train")
+    assert (folder / "train.de").read_text().splitlines() == sources
+    translations = teacher.translate(sources)
+    assert (folder / "train.en").read_text().splitlines() == translations and sum(
+        map(bool, translations)
+    ) > 300
+    for split in ("val", "test"):
+        assert (folder / f"{split}.en").read_text().splitlines() == load_split(teacher.config.data, split)[1]
+    record = json.loads((folder / "teacher.json").read_text())
+    assert record["sha256"] == [file_sha256(teacher_run[0] / "best.pt")] and record["decode"]["beam"] == 2
+    assert folder.name.startswith("run-train-beam2-ens1-") or folder.name.startswith("run-train-beam2-")
+    assert distill(teacher, tmp_path) == folder  # found again, not made again
+    other = distill(teacher, tmp_path / "elsewhere")  # made again: the same bytes
+    assert (other / "train.en").read_bytes() == (folder / "train.en").read_bytes()
+    assert distill(Translator.from_run(teacher_run[0], device="cpu", beam=1), tmp_path) != folder
+
+
+def test_a_killed_distillation_resumes_to_the_same_file(teacher_run, tmp_path, monkeypatch):
+    teacher = Translator.from_run(teacher_run[0], device="cpu")
+    whole = distill(teacher, tmp_path / "whole")
+    monkeypatch.setattr(distill_module, "CHUNK", 150)
+    calls, translate = [], teacher.translate
+
+    def killed(lines, *args, **kwargs):
+        calls.append(len(lines))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return translate(lines, *args, **kwargs)
+
+    monkeypatch.setattr(teacher, "translate", killed)
+    with pytest.raises(KeyboardInterrupt):
+        distill(teacher, tmp_path / "killed")
+    (partial,) = (tmp_path / "killed").glob("*/train.en.partial")
+    assert len(partial.read_text().splitlines()) == 150
+    with open(partial, "a") as f:
+        f.write("half a li")  # the kill cut a line: it is dropped
+    resumed = distill(teacher, tmp_path / "killed")
+    assert calls[2:] == [150, 100]  # the 250 lines it lacked
+    assert (resumed / "train.en").read_bytes() == (whole / "train.en").read_bytes()
+    assert json.loads((resumed / "teacher.json").read_text())["resumed_at"] == 150
+
+
+def test_a_damaged_distilled_corpus_is_refused_in_one_line(teacher_run, tmp_path):
+    teacher = Translator.from_run(teacher_run[0], device="cpu")
+    folder = distill(teacher, tmp_path)
+    (folder / "train.en").write_text("damaged\n")
+    with pytest.raises(DataError) as e:
+        distill(teacher, tmp_path)
+    assert str(e.value) == (
+        f"{folder}: damaged distilled corpus (train.en not as teacher.json recorded); delete the folder "
+        f"and run mt distill again"
+    )
+
+
+def test_a_student_records_its_teacher(teacher_run, tmp_path):
+    folder = distill(Translator.from_run(teacher_run[0], device="cpu"), tmp_path)
+    overrides = [*teacher_run[1], f"data.dir={folder}", "model.encoder_layers=2", "model.decoder_layers=1"]
+    train(load_config(ROOT / "configs/toy.yaml", overrides), tmp_path / "student")
+    teacher = json.loads((tmp_path / "student" / "card.json").read_text())["teacher"]
+    assert teacher["run"] == str(teacher_run[0]) and teacher["sha256"] == [
+        file_sha256(teacher_run[0] / "best.pt")
+    ]
+    assert teacher["translate_s"] >= 0
+
+
+def test_mt_distill_refuses_a_teacher_ensemble_with_another_tokenizer(teacher_run, tmp_path, capsys):
+    other = tmp_path / "other"
+    sets = [*teacher_run[1], "tokenizer.vocab_size=150"]
+    assert (
+        run_main(
+            capsys,
+            "train",
+            "configs/toy.yaml",
+            "--run-dir",
+            str(other),
+            *(a for x in sets for a in ("--set", x)),
+        )[0]
+        == 0
+    )
+    args = ["distill", "--teacher", str(teacher_run[0]), "--out", str(tmp_path), "--device", "cpu"]
+    code, err = run_main(capsys, *args, "--ensemble", str(other))
+    assert code == 2 and err == (
+        f"mt: error: --ensemble {other}: its spm.model is not {teacher_run[0]}'s; the runs of an ensemble "
+        f"share one tokenizer (train them with tokenizer.from_run: {teacher_run[0]})\n"
+    )
+    assert not list(tmp_path.glob("run-*"))  # refused before anything is written
