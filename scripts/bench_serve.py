@@ -1,7 +1,7 @@
 """Load test of `mt serve`: the server on loopback, N concurrent clients sending test2016 lines for a
 bounded time, against `mt translate` on the same lines.
 
-    python scripts/bench_serve.py --run runs/multi30k-best --clients 1 8 32 --seconds 60 --engine torch
+    python scripts/bench_serve.py --run runs/multi30k-best --clients 1 8 32 --seconds 60 [--beam 5]
 
 First `mt translate --run RUN --input test.de` runs as its own process (its wall time, loading
 included), then what it does once loaded (`translate_nbest`) is timed in this process: the
@@ -81,11 +81,11 @@ def client(port: int, lines: list[str], start: int, per_request: int, deadline: 
     conn.close()
 
 
-def in_process(run: str, lines: list[str], size: int, engine: str) -> float:
+def in_process(run: str, lines: list[str], size: int, engine: str, beam: int | None = None) -> float:
     """Sentences/s of `Translator.nbest` (what `mt translate` does once loaded) on consecutive groups
     of `size` lines, in this process, without HTTP: with size = all lines, `mt translate`'s rate; with
     the lines the clients keep in flight, the most the server could do with the batches it can form."""
-    translator = Translator.from_run(run, engine=engine, device="cpu")
+    translator = Translator.from_run(run, engine=engine, device="cpu", beam=beam)
     start = time.perf_counter()
     for i in range(0, len(lines), size):
         translator.nbest(lines[i : i + size])
@@ -169,13 +169,14 @@ def main() -> None:
     parser.add_argument("--lines-per-request", type=int, default=1)
     parser.add_argument("--out", default="bench_serve.json")
     parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"])
+    parser.add_argument("--beam", type=int, help="the server's beam (default: the run's decode.beam)")
     args = parser.parse_args()
-    engine = ["--engine", args.engine]
+    engine = ["--engine", args.engine, *(["--beam", str(args.beam)] if args.beam else [])]
     cfg = read_saved_config(Path(args.run) / "config.yaml")
     lines = load_split(cfg.data, "test")[0]
     wall, reference = baseline(args.run, lines, engine)
     # noisy: the mean time of two
-    rate = 2 / sum(1 / in_process(args.run, lines, len(lines), args.engine) for _ in range(2))
+    rate = 2 / sum(1 / in_process(args.run, lines, len(lines), args.engine, args.beam) for _ in range(2))
     translate = {
         "sentences": len(lines),
         "wall_s": round(wall, 2),
@@ -184,7 +185,7 @@ def main() -> None:
         "sentences_per_s_with_load": round(len(lines) / wall, 2),
     }
     ceiling = {
-        n: round(in_process(args.run, lines, n * args.lines_per_request, args.engine), 2)
+        n: round(in_process(args.run, lines, n * args.lines_per_request, args.engine, args.beam), 2)
         for n in args.clients
     }
     port = free_port()
@@ -209,7 +210,7 @@ def main() -> None:
         server.wait(30)
     result = {
         "run": args.run,
-        "beam": cfg.decode.beam,
+        "beam": args.beam or cfg.decode.beam,
         "engine": args.engine,
         "lines_per_request": args.lines_per_request,
         "cpu_threads": os.cpu_count(),

@@ -65,7 +65,7 @@ def bench(args) -> None:
                 "sentences": len(lines),
                 "bleu": round(scores["bleu"], 2),
                 "chrf": round(scores["chrf"], 2),
-                "seconds": [round(s, 2) for s in seconds],
+                "seconds": [round(s, 3) for s in seconds],
                 "sentences_per_s": round(len(lines) / median, 1),
             }
             print(json.dumps(record), flush=True)
