@@ -193,7 +193,56 @@ def load_checkpoint(path: str | Path) -> dict:
     found = problem(Checkpoint, ckpt)  # its metadata: every key mt reads, of the kind mt writes
     if found:
         raise RunDirError(f"{path}: damaged or not an mt checkpoint ({found}); delete it or train again")
+    ckpt["separate_qkv"] = fuse_self_attention(ckpt["model"])  # written before the fused projection
     return ckpt
+
+
+def fuse_self_attention(state: dict[str, torch.Tensor]) -> bool:
+    """Rename a state dict written before self-attention's fused projection in place: each self_attn's
+    q_proj and kv_proj rows, concatenated in that order (Q, then K, then V), are its qkv_proj, the same
+    function with the same numbers; the keys keep their places. Returns whether there were any."""
+    separate = [k[: -len("q_proj.weight")] for k in state if k.endswith("self_attn.q_proj.weight")]
+    if not separate:
+        return False
+    renamed = {}
+    for key, value in state.items():
+        prefix, _, kind = key.rpartition(".")
+        attention = prefix.rpartition(".")[0] + "."
+        if attention not in separate or prefix.endswith("out_proj"):
+            renamed[key] = value
+        elif prefix.endswith(".q_proj"):
+            renamed[f"{attention}qkv_proj.{kind}"] = torch.cat([value, state[f"{attention}kv_proj.{kind}"]])
+    state.clear()
+    state.update(renamed)
+    return True
+
+
+def fuse_adam_state(state: dict, model: Seq2Seq) -> dict:
+    """Adam's state (`optimizer.state_dict()`, one parameter group) saved while self-attention had
+    q_proj and kv_proj, for `model`'s fused qkv_proj: the parameters' order then was today's with each
+    qkv_proj's (weight, bias) standing for q_proj's and kv_proj's (weight, bias, weight, bias), and
+    Adam's moments, elementwise, concatenate as the weights do."""
+    names = [name for name, p in model.named_parameters() if p.requires_grad]  # as mt.session.learner
+    old = []
+    for name in names:
+        if name.endswith("self_attn.qkv_proj.weight"):
+            old += [
+                name.replace("qkv_proj.weight", f"{p}.{k}")
+                for p in ("q_proj", "kv_proj")
+                for k in ("weight", "bias")
+            ]
+        elif not name.endswith("self_attn.qkv_proj.bias"):
+            old.append(name)
+    index, moments = {name: i for i, name in enumerate(old)}, {}
+    for i, name in enumerate(names):
+        parts = [name.replace("qkv_proj", p) for p in ("q_proj", "kv_proj")] if "qkv_proj" in name else [name]
+        found = [state["state"].get(index[part]) for part in parts]
+        if all(found):
+            moments[i] = {
+                k: torch.cat([f[k] for f in found]) if found[0][k].dim() else found[0][k] for k in found[0]
+            }
+    (group,) = state["param_groups"]
+    return {"state": moments, "param_groups": [{**group, "params": list(range(len(names)))}]}
 
 
 def stored_config(ckpt: dict, path: Path, overrides: list[str] = ()) -> RunConfig:

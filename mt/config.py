@@ -37,12 +37,14 @@ class CleanConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    corpus: str = choice("multi30k", "multi30k", "toy", "files")
+    # toy (mt.toy) and synthetic (mt.synthetic: WMT-shaped, for GPU-sized benchmarks) are generated;
+    corpus: str = choice("multi30k", "multi30k", "toy", "files", "synthetic")
     # multi30k: folder holding multi30k/ ("" = $MT_DATA_DIR, else download into data/);
     # files: folder holding {train,val,test}.{src_lang,tgt_lang}, plain or .gz
     dir: str = ""
-    src_lang: str = "de"  # multi30k and toy: de or en; files: the files' suffix
+    src_lang: str = "de"  # multi30k, toy and synthetic: de or en; files: the files' suffix
     tgt_lang: str = "en"
+    synthetic_pairs: int = within(300_000, 1)  # synthetic: training pairs generated (mt.synthetic)
     max_len: int = within(100, 1)  # training pairs with more pieces on either side are dropped
     # training only (subword regularisation): each BPE merge skipped with this probability; the pairs are
     # binarized bpe_views times so sampled, and epoch e trains on view e mod bpe_views. 0 = off

@@ -9,8 +9,8 @@ mt's Transformer is CTranslate2's standard TransformerSpec, one to one:
     src_embed, tgt_embed, out_proj    the one tied matrix (CTranslate2 stores equal arrays once)
     x * sqrt(D) + positions           scale_embeddings, with mt's own sinusoid table (CTranslate2's
                                       built-in one lays sin and cos out differently)
-    q_proj, kv_proj                   self-attention: one fused QKV linear; cross-attention: the query,
-                                      then the fused K/V, both in mt's order (K then V)
+    qkv_proj; q_proj, kv_proj         self-attention's fused Q, K, V linear; cross-attention's query,
+                                      then its fused K/V, in mt's order (K then V)
     ffn.0, ffn.3, res_*.norm          FeedForwardSpec linear_0 and linear_1, each block's LayerNorm
                                       (pre-norm: and the stack's final norm; post-norm has none)
     </s> after every source           add_source_eos; decoding starts from <s>
@@ -106,10 +106,9 @@ def _norm(spec, norm: torch.nn.LayerNorm) -> None:
 
 
 def _attention(spec, attn, norm: torch.nn.LayerNorm, self_attention: bool) -> None:
-    """mt's q_proj and kv_proj ((2D, D): K rows, then V rows) as CTranslate2's fused linears."""
+    """mt's attention projections as CTranslate2's fused linears (the same layout: Q, K, V rows)."""
     if self_attention:  # one (3D, D) linear: Q, K, V
-        weight = torch.cat([attn.q_proj.weight, attn.kv_proj.weight])
-        _linear(spec.linear[0], weight, torch.cat([attn.q_proj.bias, attn.kv_proj.bias]))
+        _linear(spec.linear[0], attn.qkv_proj.weight, attn.qkv_proj.bias)
     else:  # the query from the decoder, the fused K/V from the encoder's output
         _linear(spec.linear[0], attn.q_proj.weight, attn.q_proj.bias)
         _linear(spec.linear[1], attn.kv_proj.weight, attn.kv_proj.bias)

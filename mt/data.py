@@ -21,6 +21,7 @@ from typing import Iterator, Union
 from mt.config import DataConfig
 from mt.errors import DataError
 from mt.files import file_sha256, write_bytes, write_failure
+from mt.synthetic import generated_corpus
 from mt.toy import toy_corpus
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def downloads_dir() -> Path:
 
 
 SPLIT_FILES = {"train": "train", "val": "val", "test": "test2016"}
-TextSource = Union[Path, list]  # one side of a split: a file to stream, or the toy corpus's lines
+TextSource = Union[Path, list]  # one side of a split: a file to stream, or a generated corpus's lines
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -228,9 +229,9 @@ def corpus_file(folder: Path, split: str, lang: str) -> Path:
 
 
 def split_sources(cfg: DataConfig, split: str) -> tuple[TextSource, TextSource]:
-    """Where the source and target sides of `split` (train|val|test) are: files, or toy lists."""
-    if cfg.corpus == "toy":
-        de, en = toy_corpus()[split]
+    """Where the source and target sides of `split` (train|val|test) are: files, or generated lists."""
+    if cfg.corpus in ("toy", "synthetic"):
+        de, en = toy_corpus()[split] if cfg.corpus == "toy" else generated_corpus(cfg.synthetic_pairs)[split]
         by_lang = {"de": de, "en": en}
         return by_lang[cfg.src_lang], by_lang[cfg.tgt_lang]
     if cfg.corpus == "files":
@@ -247,4 +248,4 @@ def training_sources(cfg: DataConfig) -> tuple[TextSource, TextSource]:
 def load_split(cfg: DataConfig, split: str) -> tuple[list[str], list[str]]:
     """(source lines, target lines) of `split` in train|val|test, normalised and line-aligned."""
     src, tgt = split_sources(cfg, split)
-    return (src, tgt) if cfg.corpus == "toy" else read_parallel(src, tgt)
+    return (src, tgt) if isinstance(src, list) else read_parallel(src, tgt)

@@ -6,7 +6,7 @@ Masks are boolean with True = real token / may attend, the convention of
 cross-attention, and (B, 1, T, T) = target padding AND causal for decoder self-attention.
 
 `encode` and `decode` are separate calls so decoding never re-encodes. `decode` takes and returns a
-caller-owned `KVCache`; with a cache, `tgt_in` holds only the new positions.
+caller-owned `KVCache` (mt.kv_cache); with a cache, `tgt_in` holds only the new positions.
 """
 
 from __future__ import annotations
@@ -18,61 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mt.config import ModelConfig
-
-
-class KVCache:
-    """Decoder state for incremental decoding, owned by the caller.
-
-    self_kv[i]: layer i's self-attention keys/values, (B, H, L, Dh) each, of which the first `length`
-    positions are decoded; after a `reorder` L = length + 1, so the next step writes its position in
-    place instead of concatenating (one copy of the prefix per beam step instead of two).
-    cross_kv[i]: layer i's cross-attention keys/values of the memory, computed once, (B, H, S, Dh) each;
-    B sentences, whose rows of self_kv may be G * B (their beams, see `Attention.forward`).
-    """
-
-    def __init__(self, n_layers: int):
-        self.length = 0
-        self.self_kv: list[tuple[Tensor, Tensor] | None] = [None] * n_layers
-        self.cross_kv: list[tuple[Tensor, Tensor] | None] = [None] * n_layers
-
-    def append(self, i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add layer i's keys/values of new positions, (B, H, T_new, Dh) each; returns those of all
-        positions, (B, H, length + T_new, Dh) each. `length` moves on in `Seq2Seq.decode`."""
-        t, end = self.length, self.length + k.size(2)
-        cached = self.self_kv[i]
-        if cached is None:
-            kv = (k, v)
-        elif cached[0].size(2) == end:  # room left by reorder
-            cached[0][:, :, t:] = k
-            cached[1][:, :, t:] = v
-            kv = cached
-        else:
-            kv = (torch.cat([cached[0][:, :, :t], k], dim=2), torch.cat([cached[1][:, :, :t], v], dim=2))
-        self.self_kv[i] = kv
-        return kv
-
-    @torch.no_grad()  # decoding state: an out= copy has no gradient
-    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep target rows `index` (N',) of the self-attention cache (e.g. the surviving beams) and,
-        unless `sentences` is None, sentences `sentences` (B',) of the cross-attention cache.
-
-        Without `sentences` every sentence keeps its cross-attention keys/values: `index` only moves
-        rows among the beams of a sentence (the default, with greedy, where rows are sentences, both
-        are `index`)."""
-
-        def pick_positions(x: Tensor) -> Tensor:  # (B, H, L, Dh) -> (B', H, length + 1, Dh), last one empty
-            out = x.new_empty(index.numel(), x.size(1), self.length + 1, x.size(3))
-            torch.index_select(x[:, :, : self.length], 0, index, out=out[:, :, : self.length])
-            return out
-
-        self.self_kv = [
-            None if kv is None else (pick_positions(kv[0]), pick_positions(kv[1])) for kv in self.self_kv
-        ]
-        if sentences is not None:
-            self.cross_kv = [
-                None if kv is None else tuple(x.index_select(0, sentences) for x in kv)
-                for kv in self.cross_kv
-            ]
+from mt.kv_cache import KVCache
 
 
 class Dropout(nn.Module):
@@ -118,6 +64,14 @@ def decoder_self_mask(T: int, tgt_mask: Tensor | None, device: torch.device | st
     return mask
 
 
+def in_autocast_dtype(x: Tensor) -> Tensor:
+    """x in autocast's dtype where autocast is on, so that the layers reading it (every decoder layer's
+    kv_proj reads the memory) share one cast instead of making one each; else x as it is."""
+    if torch.is_autocast_enabled(x.device.type):
+        return x.to(torch.get_autocast_dtype(x.device.type))
+    return x
+
+
 def causal_flag(tgt_in: Tensor) -> bool:
     """Whether decoder self-attention uses SDPA's is_causal instead of a (B, 1, T, T) mask: on CUDA,
     where it selects the flash kernel. CPUs keep the explicit mask (and the numerics measured with it)."""
@@ -125,42 +79,57 @@ def causal_flag(tgt_in: Tensor) -> bool:
 
 
 class Attention(nn.Module):
-    """Multi-head attention on `F.scaled_dot_product_attention`; keys/values projected separately."""
+    """Multi-head attention on `F.scaled_dot_product_attention`.
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float):
+    Self-attention projects queries, keys and values in one matmul (`qkv_proj`): one kernel, and under
+    autocast one cast of its input. Cross-attention projects the queries (`q_proj`) apart from the
+    memory's keys and values (`kv_proj`), which decoding computes once a sentence.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, cross: bool = False):
         super().__init__()
-        self.n_heads, self.dropout = n_heads, dropout
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.n_heads, self.dropout, self.cross = n_heads, dropout, cross
+        if cross:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
     def _heads(self, x: Tensor) -> Tensor:
         B, L, D = x.shape
         return x.view(B, L, self.n_heads, D // self.n_heads).transpose(1, 2)  # (B, H, L, Dh)
 
-    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """x (B, L, D) -> keys, values (B, H, L, Dh) each."""
-        k, v = self.kv_proj(x).chunk(2, dim=-1)  # (B, L, D) each
+    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention: x (B, L, D) -> queries, keys, values (B, H, L, Dh) each."""
+        return tuple(self._heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
+
+    def project_q(self, x: Tensor) -> Tensor:
+        """Cross-attention: x (B, T, D) -> queries (B, H, T, Dh)."""
+        return self._heads(self.q_proj(x))
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention: memory (B, S, D) -> keys, values (B, H, S, Dh) each."""
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)  # (B, S, D) each
         return self._heads(k), self._heads(v)
 
-    def weights(self, x: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
-        """The attention probabilities forward() uses (without dropout): (B, H, T, L)."""
-        q = self._heads(self.q_proj(x))  # (B, H, T, Dh)
+    @staticmethod
+    def weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+        """The attention probabilities forward() uses (without dropout), q (B, H, T, Dh): (B, H, T, L)."""
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (B, H, T, L)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         return scores.softmax(dim=-1)
 
-    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False) -> Tensor:
-        """x (N, T, D) attends to k, v (B, H, L, Dh) where mask (B, 1, T|1, L) is True (or, with `causal`
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False) -> Tensor:
+        """q (N, H, T, Dh) attends to k, v (B, H, L, Dh) where mask (B, 1, T|1, L) is True (or, with `causal`
         and no mask, to positions up to its own) -> (N, T, D).
 
-        N = G * B: each run of G consecutive rows of x (the beams of one sentence) attends to one row of
+        N = G * B: each run of G consecutive rows of q (the beams of one sentence) attends to one row of
         k, v: its G queries are folded into one (B, H, G * T, Dh) call instead of copying k, v G times.
         """
-        N, T, D = x.shape
-        B, H, L, Dh = k.shape
-        q = self._heads(self.q_proj(x))  # (N, H, T, Dh)
+        N, H, T, Dh = q.shape
+        B = k.size(0)
         if N != B:
             q = q.view(B, N // B, H, T, Dh).transpose(1, 2).reshape(B, H, N // B * T, Dh)  # (B, H, G*T, Dh)
         p = self.dropout if self.training else 0.0
@@ -168,7 +137,7 @@ class Attention(nn.Module):
             q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal
         )  # (B, H, G*T, Dh)
         out = out.view(B, H, N // B, T, Dh).permute(0, 2, 3, 1, 4)  # (B, G, T, H, Dh)
-        return self.out_proj(out.reshape(N, T, D))  # (N, T, D)
+        return self.out_proj(out.reshape(N, T, H * Dh))  # (N, T, D)
 
 
 class FeedForward(nn.Sequential):
@@ -199,7 +168,7 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """x (B, S, D), mask (B, 1, 1, S) -> (B, S, D)."""
-        x = self.res_attn(x, lambda h: self.self_attn(h, *self.self_attn.project_kv(h), mask))
+        x = self.res_attn(x, lambda h: self.self_attn(*self.self_attn.project_qkv(h), mask))
         return self.res_ffn(x, self.ffn)
 
 
@@ -208,7 +177,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         pre = cfg.norm == "pre"
         self.self_attn = Attention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.cross_attn = Attention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = Attention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cross=True)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
         self.res_self, self.res_cross, self.res_ffn = (
             Residual(cfg.d_model, cfg.dropout, pre) for _ in range(3)
@@ -217,10 +186,10 @@ class DecoderLayer(nn.Module):
     def _self_attend(
         self, h: Tensor, mask: Tensor | None, cache: KVCache | None, i: int, causal: bool
     ) -> Tensor:
-        k, v = self.self_attn.project_kv(h)  # (B, H, T_new, Dh)
+        q, k, v = self.self_attn.project_qkv(h)  # (B, H, T_new, Dh) each
         if cache is not None:
             k, v = cache.append(i, k, v)  # (B, H, t + T_new, Dh)
-        return self.self_attn(h, k, v, mask, causal)
+        return self.self_attn(q, k, v, mask, causal)
 
     def _cross_attend(self, h: Tensor, memory: Tensor, mask: Tensor, cache: KVCache | None, i: int) -> Tensor:
         if cache is not None and cache.cross_kv[i] is not None:
@@ -229,7 +198,7 @@ class DecoderLayer(nn.Module):
             k, v = self.cross_attn.project_kv(memory)  # (B, H, S, Dh)
             if cache is not None:
                 cache.cross_kv[i] = (k, v)
-        return self.cross_attn(h, k, v, mask)
+        return self.cross_attn(self.cross_attn.project_q(h), k, v, mask)
 
     def forward(
         self,
@@ -342,6 +311,7 @@ class Seq2Seq(nn.Module):
         self_mask = decoder_self_mask(T, tgt_mask, tgt_in.device) if full and not causal else None
         cross_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
         x = self._embed(self.tgt_embed, tgt_in, offset)  # (B, T, D)
+        memory = in_autocast_dtype(memory)
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, cross_mask, self_mask, cache, i, causal)
         if cache is not None:
@@ -364,10 +334,10 @@ class Seq2Seq(nn.Module):
 
         def keeper(kind: str):
             def keep(module: Attention, args: tuple, output: Tensor) -> None:
-                x, k, _, mask, *causal = args
+                q, k, _, mask, *causal = args
                 if causal and causal[0]:  # SDPA's own causal flag (CUDA): the mask it stands for
-                    mask = decoder_self_mask(x.size(1), None, x.device)
-                found[kind].append(module.weights(x, k, mask))
+                    mask = decoder_self_mask(q.size(2), None, q.device)
+                found[kind].append(module.weights(q, k, mask))
 
             return keep
 

@@ -139,7 +139,11 @@ def restore(
     """Load the checkpoint's states into the run's objects and this rank's RNGs; returns its counters."""
     try:
         model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
+        optimizer.load_state_dict(
+            checkpoint.fuse_adam_state(ckpt["optimizer"], model)
+            if ckpt.get("separate_qkv")
+            else ckpt["optimizer"]
+        )
         scaler.load_state_dict(ckpt["scaler"])
         set_rng_state(ckpt["rng"][rank], device)
     except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:  # a damaged but loadable last.pt

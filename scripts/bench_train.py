@@ -1,151 +1,364 @@
-"""Training throughput of one config under several precisions, measured in one process.
+"""Training throughput, measured so that rows can be compared: source+target non-pad tokens/s of `mt train`'s
+update for every (config, precision, switch, model) row, each run in a process of its own.
 
-    python scripts/bench_train.py configs/multi30k.yaml --steps 30 --precisions fp32 bf16 [--device cuda]
+    python scripts/bench_train.py configs/base.yaml configs/multi30k.yaml --repeats 3 \\
+        [--precisions fp32 bf16] [--models mt reference] [--switches eager compile] [--device cuda] \\
+        [--steps 40] [--profile] [--probe] [--set key=value]
 
-Prints the precisions the device runs natively, then one JSON line per precision: source+target non-pad
-tokens/s over `--steps` updates after `--warmup` untimed ones, on the same batches (and on CUDA the
-peak memory; fp16 with its grad scaler, as `mt train`). Compare ratios from one run; absolute numbers drift
-with whatever else the machine is doing.
+How a row is timed: the config's bench corpus (the sentences of the first --steps batches of an epoch,
+made once here and shared by every row) is planned into an epoch of token-budget batches; every batch
+shape of that epoch gets one untimed update (warming caches, cuDNN plans and compiled graphs), then
+the whole epoch is timed as `mt train` runs it: batches padded and (on a GPU) pinned by the prefetch
+thread of mt.batching.BatchStream, `train.accumulate` batches an update, mt.step.train_step. Rows run
+in alternating order (A B C, C B A, ...) --repeats times; the table gives each row's median, its
+min-max and spread ((max - min) / median).
 
-On CUDA two more variants, each a row of its own: `--cudnn-attention on` (SDPA may then pick
-cuDNN's attention in bf16/fp16, which plans each new shape on the host; `mt train` turns it off) and
-`--compile` (torch.compile of the model with dynamic shapes; its compile time lands in the untimed
-warmup, which it lengthens to 10 updates).
+`--models reference` adds the same step on torch.nn.Transformer with the same sizes (scripts/reference.py):
+mt / reference is the table's `vs ref`. Model FLOPs (6 per multiply-add of every matmul a token passes
+through, attention included, forward and backward) over time is `TFLOP/s`; `MFU` divides it by the
+GPU's dense peak at that precision where this script knows the GPU, and `of probe` by `--probe`'s
+matmuls of the model's own shapes at that precision. `--profile` runs, in processes of their own, the
+aten ops and casts of one update and (CUDA) the share of an update's wall time the GPU is busy.
+
+Precisions default to those the device runs natively (an emulated one measures the emulation). A
+corpus: synthetic config (configs/base.yaml) needs no download and no tokenizer: its ids are drawn by
+mt.synthetic.piece_pairs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
-from mt import corpus
-from mt.batching import epoch_plan
-from mt.config import load_config
-from mt.distributed import native_precisions, resolve_device, set_precision
-from mt.model import Seq2Seq
-from mt.step import inverse_sqrt_lr, train_step
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # mt from this checkout, installed or not
+
+from mt import corpus, synthetic  # noqa: E402
+from mt.batching import BatchStream, Pairs, epoch_plan  # noqa: E402
+from mt.config import ModelConfig, load_config  # noqa: E402
+from mt.distributed import native_precisions, resolve_device, set_precision  # noqa: E402
+from mt.model import Seq2Seq  # noqa: E402
+from mt.step import inverse_sqrt_lr, train_step  # noqa: E402
+
+# dense tensor-core (fp32: CUDA-core) peaks in TFLOP/s, from NVIDIA's data sheets; by device name
+PEAKS = {
+    "H100 PCIe": {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0},
+    "H100": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4},
+    "H200": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4},
+    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+}
+SWITCHES = ["eager", "compile", "cudnn"]  # compile: torch.compile(dynamic=True); cudnn: SDPA may use cuDNN
 
 
-def measure(
-    cfg,
-    batches,
-    vocab_size: int,
-    precision: str,
-    warmup: int,
-    device: torch.device,
-    compiled: bool = False,
-    cudnn_attention: bool = False,
-) -> dict:
+def bench_pairs(cfg, steps: int) -> tuple[Pairs, int]:
+    """The sentences of the first `steps` batches of epoch 1, and the vocabulary size."""
+    if cfg.data.corpus == "synthetic":
+        vocab_size = cfg.tokenizer.vocab_size
+        n = max(1000, steps * cfg.train.max_tokens // 40)  # ~60 tokens a pair: more than enough
+        pairs = Pairs.of(*synthetic.piece_pairs(n, vocab_size, cfg.train.seed))
+    else:
+        tokenizer, total = corpus.learn_tokenizer(cfg)  # what `mt train` does: BPE, binarized pairs
+        pairs, vocab_size = corpus.load(corpus.prepare(cfg.data, tokenizer, total)), tokenizer.vocab_size
+    plan = epoch_plan(pairs.src_len, pairs.tgt_len, cfg.train.max_tokens, cfg.train.seed, 1)
+    rows = torch.cat([plan.rows(j) for j in range(min(steps, len(plan)))])
+    src = [pairs.src[s : s + n] for s, n in zip(pairs.src_start[rows].tolist(), pairs.src_len[rows].tolist())]
+    tgt = [pairs.tgt[s : s + n] for s, n in zip(pairs.tgt_start[rows].tolist(), pairs.tgt_len[rows].tolist())]
+    return Pairs.of(torch.cat(src), torch.cat(tgt), pairs.src_len[rows], pairs.tgt_len[rows]), vocab_size
+
+
+def train_flops(cfg: ModelConfig, vocab_size: int, src_len: torch.Tensor, tgt_len: torch.Tensor) -> float:
+    """Model FLOPs of a training update on these pairs (lengths without eos/bos): 6 per multiply-add
+    (forward 2, backward 4) of each matmul a real token passes through, attention's QK^T and AV included."""
+    D, F, V = cfg.d_model, cfg.d_ff, vocab_size
+    encoder_layers, decoder_layers = cfg.depth
+    s, t = src_len.double() + 1, tgt_len.double() + 1  # (P,) with eos / bos
+    encoder = s * (4 * D * D + 2 * D * F) + 2 * s * s * D
+    decoder = t * (6 * D * D + 2 * D * F) + s * 2 * D * D + 2 * t * t * D + 2 * t * s * D
+    return 6 * float((encoder_layers * encoder + decoder_layers * decoder + t * D * V).sum())
+
+
+def build(cfg, row: dict, vocab_size: int, device: torch.device):
+    """The row's model, its optimizer and grad scaler, as mt.session.learner makes them."""
     torch.manual_seed(cfg.train.seed)
-    model = Seq2Seq(cfg.model, vocab_size).to(device).train()
-    if compiled:
-        model = torch.compile(model, dynamic=True)
+    if row["model"] == "reference":
+        from reference import ReferenceSeq2Seq
+
+        model = ReferenceSeq2Seq(cfg.model, vocab_size)
+    else:
+        model = Seq2Seq(cfg.model, vocab_size)
+    model = model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
-    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
-    train_cfg = replace(cfg.train, precision=precision)
-    set_precision(device, precision)  # as `mt train`: cuDNN's attention off ...
+    if row["switch"] == "compile":
+        model = torch.compile(model, dynamic=True)
+    set_precision(device, row["precision"])  # as `mt train`: cuDNN's attention off ...
     if device.type == "cuda":
-        torch.backends.cuda.enable_cudnn_sdp(cudnn_attention)  # ... unless asked for, to compare
-        torch.cuda.reset_peak_memory_stats(device)
-    tokens, start, first = 0, 0.0, time.perf_counter()
-    for i, batch in enumerate(batches):
-        if i == warmup:
-            tokens, start = 0, time.perf_counter()
-            warmup_seconds = start - first
-        lr = inverse_sqrt_lr(i + 1, cfg.train.lr, cfg.train.warmup_steps)
-        # the update `mt train` makes; its one host sync per update ends the step's GPU work too
-        stats = train_step(model, optimizer, [batch], train_cfg, lr, scaler=scaler, device=device)
-        tokens += stats.tokens
+        torch.backends.cuda.enable_cudnn_sdp(row["switch"] == "cudnn")  # ... unless that is the switch
+    scaler = torch.amp.GradScaler("cuda", enabled=row["precision"] == "fp16")
+    return model, optimizer, scaler
+
+
+def warm(step, pairs: Pairs, stream: BatchStream) -> float:
+    """One update on each batch shape of epoch 1; returns the seconds spent."""
+    start, plan, seen = time.perf_counter(), stream.plan(1), set()
+    for j in range(len(plan)):
+        batch = pairs.batch(plan.rows(j))
+        shape = (*batch.src.shape, batch.tgt_in.size(1))
+        if shape not in seen:
+            seen.add(shape)
+            step([batch.pin_memory() if stream.pin else batch])
+    return time.perf_counter() - start
+
+
+def child(row: dict) -> dict:
+    """Time one row (in this process): warm every shape, then epoch 1 as `mt train` runs it."""
+    cfg = load_config(row["config"], row["sets"])
+    cfg = replace(cfg, train=replace(cfg.train, precision=row["precision"]))
+    device = resolve_device(row["device"])
+    saved = torch.load(row["pairs"])
+    pairs, vocab_size = Pairs.of(*saved["pairs"]), saved["vocab_size"]
+    model, optimizer, scaler = build(cfg, row, vocab_size, device)
+    stream = BatchStream(pairs, cfg.train.max_tokens, cfg.train.seed, pin_memory=device.type == "cuda")
+    calls = iter(range(10**9))
+
+    def step(batches):
+        lr = inverse_sqrt_lr(next(calls) + 1, cfg.train.lr, cfg.train.warmup_steps)
+        return train_step(model, optimizer, batches, cfg.train, lr, scaler=scaler, device=device)
+
+    if row.get("profile"):
+        warm(step, pairs, stream)
+        return profile(step, pairs, stream, device)
+    warm_s = warm(step, pairs, stream)
+    plan, position, tokens, updates = stream.plan(1), (1, 0), 0, 0
+    start = time.perf_counter()
+    while position[1] < len(plan) and position[0] == 1:
+        batches, *position = stream.take(*position, cfg.train.accumulate)
+        stats = step(batches)  # its one host sync per update ends the update's GPU work too
+        tokens, updates = tokens + stats.tokens, updates + 1
     seconds = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-    busy = (
-        gpu_busy(model, optimizer, batches[warmup : warmup + 5], train_cfg, scaler, device)
-        if device.type == "cuda"
-        else None
-    )
+    flops = train_flops(cfg.model, vocab_size, pairs.src_len, pairs.tgt_len)
     return {
-        "precision": precision,
-        "compile": compiled,
-        "cudnn_attention": device.type == "cuda" and torch.backends.cuda.cudnn_sdp_enabled(),
-        "steps": len(batches) - warmup,
-        "warmup_seconds": round(warmup_seconds, 1),
-        "seconds": round(seconds, 2),
-        "tokens_per_s": round(tokens / seconds, 1),
-        "last_loss_per_token": round(stats.loss / stats.target_tokens, 4),
-        "peak_gpu_gib": None if peak is None else round(peak, 2),
-        "gpu_busy": busy,
+        "tokens_per_s": tokens / seconds,
+        "tflops": flops / seconds / 1e12,
+        "updates": updates,
+        "seconds": seconds,
+        "warm_s": warm_s,
+        "last_loss_per_token": stats.loss / max(stats.target_tokens, 1),
+        "peak_gpu_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
     }
 
 
-def gpu_busy(model, optimizer, batches, train_cfg, scaler, device: torch.device) -> float:
-    """The fraction of a few updates' wall time that CUDA kernels ran (torch.profiler): well under 1
-    means the GPU waits for the host (Python, launches, syncs)."""
-    from torch.profiler import ProfilerActivity, profile
+def profile(step, pairs: Pairs, stream: BatchStream, device: torch.device) -> dict:
+    """aten ops and casts (aten._to_copy) of one update; on CUDA the GPU-busy share of five updates."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        start = time.perf_counter()
-        for batch in batches:
-            train_step(model, optimizer, [batch], train_cfg, 1e-4, scaler=scaler, device=device)
-        torch.cuda.synchronize(device)
-        wall_us = (time.perf_counter() - start) * 1e6
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    busy_us = sum(e.time_range.elapsed_us() for e in kernels)  # one stream: kernels do not overlap
-    return round(busy_us / wall_us, 3)
+    class Count(TorchDispatchMode):
+        ops: dict[str, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[str(func.overloadpacket)] = self.ops.get(str(func.overloadpacket), 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    batches, _, _ = stream.take(1, 0, 6)
+    with Count() as counted:
+        step(batches[:1])
+    found = {"aten_ops": sum(counted.ops.values()), "casts": counted.ops.get("aten._to_copy", 0)}
+    if device.type == "cuda":
+        from torch.profiler import ProfilerActivity, profile as torch_profile
+
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            start = time.perf_counter()
+            for batch in batches[1:]:
+                step([batch])
+            torch.cuda.synchronize(device)
+            wall_us = (time.perf_counter() - start) * 1e6
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        found["gpu_busy"] = round(sum(e.time_range.elapsed_us() for e in kernels) / wall_us, 3)  # one stream
+    return found
+
+
+def probe(row: dict) -> dict:
+    """TFLOP/s of the model's own matmuls at the row's precision: (tokens of a batch, D) times each weight
+    shape (q/k/v, output, feed-forward in and out, vocabulary), each timed for about 0.2 s."""
+    cfg = load_config(row["config"], row["sets"])
+    device, precision, m = resolve_device(row["device"]), row["precision"], cfg.model
+    set_precision(device, precision)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    M, D, F = cfg.train.max_tokens, m.d_model, m.d_ff
+    shapes = [(D, 3 * D), (D, D), (D, F), (F, D), (D, row["vocab_size"])]
+    flops = seconds = 0.0
+    for k, n in shapes:
+        a, b = torch.randn(M, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
+        repeats, spent = 1, 0.0
+        while spent < 0.2:
+            repeats *= 2
+            start = time.perf_counter()
+            for _ in range(repeats):
+                a @ b
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            spent = time.perf_counter() - start
+        flops, seconds = flops + 2 * M * k * n * repeats, seconds + spent
+    return {"probe_tflops": flops / seconds / 1e12}
+
+
+def run_child(row: dict, seconds: float) -> dict:
+    """`row` measured in a fresh process; its result, or {"error": ...} naming what went wrong."""
+    cmd = [sys.executable, __file__, "--child", json.dumps(row)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"error": f"over {seconds:.0f} s"}
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def peak(device: torch.device, precision: str) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((p[precision] for key, p in PEAKS.items() if key in name), None)
+
+
+def summary(row: dict, results: list[dict], extra: dict, device: torch.device) -> dict:
+    """A row's median, min-max and spread over its repeats, with its FLOP rates."""
+    ok = [r for r in results if "tokens_per_s" in r]
+    keys = ("config", "precision", "switch", "model")
+    if not ok:
+        return {**{k: row[k] for k in keys}, "error": results[-1].get("error")}
+    rates, last = [r["tokens_per_s"] for r in ok], ok[-1]
+    median, tflops = statistics.median(rates), statistics.median(r["tflops"] for r in ok)
+    top = peak(device, row["precision"])
+    return {
+        **{k: row[k] for k in keys},
+        "tokens_per_s": round(median, 1),
+        "min": round(min(rates), 1),
+        "max": round(max(rates), 1),
+        "spread": round((max(rates) - min(rates)) / median, 4),
+        "repeats": len(rates),
+        "updates": last["updates"],
+        "warm_s": round(last["warm_s"], 1),
+        "tflops": round(tflops, 3),
+        "mfu": None if top is None else round(tflops / top, 4),
+        "of_probe": round(tflops / extra["probe_tflops"], 4) if "probe_tflops" in extra else None,
+        "peak_gpu_gib": last["peak_gpu_gib"] and round(last["peak_gpu_gib"], 2),
+        **{k: extra[k] for k in ("aten_ops", "casts", "gpu_busy") if k in extra},
+    }
+
+
+COLUMNS = (
+    "config precision switch model tokens/s min-max spread vs-ref TFLOP/s MFU of-probe ops casts GPU-busy"
+)
+
+
+def table(rows: list[dict]) -> str:
+    """The summaries as markdown, with mt / reference where both models ran."""
+    ref = {(r["config"], r["precision"], r["switch"]): r for r in rows if r.get("model") == "reference"}
+    lines = ["| " + " | ".join(COLUMNS.split()) + " |", "|---" * len(COLUMNS.split()) + "|"]
+    for r in rows:
+        cells = [Path(r["config"]).stem, r["precision"], r["switch"], r["model"]]
+        if "error" in r:
+            lines.append("| " + " | ".join(cells + [r["error"]]) + " |")
+            continue
+        other = ref.get((r["config"], r["precision"], r["switch"]))
+        vs = f"{r['tokens_per_s'] / other['tokens_per_s']:.2f}" if other and "error" not in other else ""
+        cells += [
+            f"{r['tokens_per_s']:,.0f}",
+            f"{r['min']:,.0f}-{r['max']:,.0f}",
+            f"{100 * r['spread']:.1f}%",
+            vs,
+        ]
+        cells += [r["tflops"], r["mfu"], r["of_probe"], r.get("aten_ops"), r.get("casts"), r.get("gpu_busy")]
+        lines.append("| " + " | ".join("" if c is None else str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def rows_of(args, device: torch.device, folder: Path) -> list[dict]:
+    """Every (config, precision, switch, model) row, each config's bench corpus saved for its children."""
+    rows = []
+    for i, path in enumerate(args.configs):
+        cfg = load_config(path, args.set)
+        pairs, vocab_size = bench_pairs(cfg, args.steps)
+        saved = folder / f"pairs{i}.pt"
+        torch.save(
+            {"pairs": (pairs.src, pairs.tgt, pairs.src_len, pairs.tgt_len), "vocab_size": vocab_size}, saved
+        )
+        for precision in args.precisions or native_precisions(device):
+            for switch in args.switches:
+                for model in args.models:
+                    rows.append(
+                        {
+                            **{"config": path, "sets": args.set, "device": str(device)},
+                            **{"precision": precision, "switch": switch, "model": model},
+                            **{"pairs": str(saved), "vocab_size": vocab_size},
+                        }
+                    )
+    return rows
+
+
+def measure(args, rows: list[dict], device: torch.device) -> list[dict]:
+    """Each row --repeats times in alternating order, then its profile and probe processes; summaries."""
+    deadline = time.monotonic() + 60 * args.minutes
+
+    def within_deadline(row: dict) -> dict:
+        left = deadline - time.monotonic()
+        return run_child(row, min(args.child_seconds, left)) if left > 1 else {"error": "out of --minutes"}
+
+    results: list[list[dict]] = [[] for _ in rows]
+    for repeat in range(args.repeats):
+        order = range(len(rows)) if repeat % 2 == 0 else reversed(range(len(rows)))
+        for i in order:
+            results[i].append(within_deadline(rows[i]))
+            print(json.dumps({**rows[i], **results[i][-1]}), file=sys.stderr, flush=True)
+    summaries, probes = [], {}
+    for row, found in zip(rows, results):
+        extra = within_deadline({**row, "profile": True}) if args.profile else {}
+        key = (row["config"], row["precision"])
+        if args.probe and key not in probes:
+            probes[key] = within_deadline({**row, "probe": True})
+        summaries.append(summary(row, found, {**extra, **probes.get(key, {})}, device))
+    return summaries
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("config")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("configs", nargs="*")
+    parser.add_argument("--precisions", nargs="+", help="default: those the device runs natively")
+    parser.add_argument("--switches", nargs="+", default=["eager"], choices=SWITCHES)
+    parser.add_argument("--models", nargs="+", default=["mt"], choices=["mt", "reference"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=40, help="batches in the bench corpus's epoch")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--set", action="append", default=[])
-    parser.add_argument(
-        "--cudnn-attention", choices=["on", "off"], default="off", help="CUDA: let SDPA use cuDNN (mt: off)"
-    )
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model (dynamic shapes)")
+    parser.add_argument("--profile", action="store_true", help="ops, casts and GPU-busy share, apart")
+    parser.add_argument("--probe", action="store_true", help="matmuls of the model's shapes, apart")
+    parser.add_argument("--minutes", type=float, default=30.0, help="bounds the whole bench")
+    parser.add_argument("--child-seconds", type=float, default=600.0, help="bounds each process")
+    parser.add_argument("--out", help="also write the summaries here as JSON")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.compile:
-        args.warmup = max(args.warmup, 10)
-    cfg = load_config(args.config, args.set)
+    if args.child:
+        row = json.loads(args.child)
+        print(json.dumps(probe(row) if row.get("probe") else child(row)))
+        return
     device = resolve_device(args.device)
     print(json.dumps({"device": str(device), "native_precisions": native_precisions(device)}), flush=True)
-    tokenizer, pairs = corpus.learn_tokenizer(cfg)  # what `mt train` does: BPE, binarized pairs, epoch 1
-    train_pairs = corpus.load(corpus.prepare(cfg.data, tokenizer, pairs))
-    plan = epoch_plan(train_pairs.src_len, train_pairs.tgt_len, cfg.train.max_tokens, cfg.train.seed, 1)
-    epoch_tokens = int(train_pairs.src_len.sum() + train_pairs.tgt_len.sum()) + 2 * len(
-        train_pairs
-    )  # eos/bos
-    batches = [train_pairs.batch(plan.rows(j)) for j in range(min(args.steps + args.warmup, len(plan)))]
-    for precision in args.precisions:
-        result = measure(
-            cfg,
-            batches,
-            tokenizer.vocab_size,
-            precision,
-            args.warmup,
-            device,
-            args.compile,
-            args.cudnn_attention == "on",
-        )
-        print(
-            json.dumps(
-                {
-                    "config": cfg.name,
-                    "threads": torch.get_num_threads(),
-                    "device": str(device),
-                    **result,
-                    "epoch_updates": len(plan),
-                    "seconds_per_epoch": round(epoch_tokens / result["tokens_per_s"], 1),
-                }
-            ),
-            flush=True,
-        )
+    with tempfile.TemporaryDirectory() as folder:
+        summaries = measure(args, rows_of(args, device, Path(folder)), device)
+    for s in summaries:
+        print(json.dumps(s), flush=True)
+    print(table(summaries))
+    if args.out:
+        Path(args.out).write_text(json.dumps(summaries, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ report.md (every figure, with the command that produced it and the versions).
 Parts (a part that fails is recorded with its error, and the next one runs):
   env        GPU, driver, torch, CUDA and cuDNN versions; the precisions the device runs natively
   gpu-tests  `pytest -m gpu`, pass/fail per test
-  bench      scripts/bench_train.py for each config x precision: tokens/s, seconds per epoch, peak memory,
-             the fraction of step time the GPU is busy; on CUDA also the GPU config with cuDNN's
-             attention allowed (mt turns it off), and compiled
+  bench      scripts/bench_train.py over every config, in each precision the device runs natively (or
+             --precisions), mt and the torch.nn.Transformer reference, eager (and on CUDA compiled), each
+             row in processes of its own, repeated: tokens/s and spread, mt / reference, TFLOP/s and
+             MFU, a matmul probe, ops and casts an update, the share of an update the GPU is busy
   train      `mt train` of --train-config (configs/multi30k-gpu.yaml) for a share of --minutes, `mt evaluate`
              on test (greedy and beam 5), scripts/bench_decode.py (sentences/s greedy and beam 5)
   resume     a run stopped halfway and resumed against one trained straight (losses); greedy outputs
@@ -19,6 +20,9 @@ Parts (a part that fails is recorded with its error, and the next one runs):
   cpu-suite  the CPU test suite with CUDA hidden, on this machine's own torch
 
 --tiny swaps the Multi30k configs for the generated toy corpus and a tiny model, for a CPU check.
+--minutes bounds the whole kit: a command still running when it is spent is cut, and its part fails
+saying so; the train part gets 40% of it (or --train-minutes), the bench part 40% of what is left
+when it starts.
 """
 
 from __future__ import annotations
@@ -36,11 +40,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # mt from this checkout, installed or not (the GPU machine)
 
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_train import table as bench_table  # noqa: E402
 from mt.card import read_card  # noqa: E402
 
 PARTS = ["env", "gpu-tests", "bench", "train", "resume", "cpu-suite"]
-PRECISIONS = ["fp32", "tf32", "bf16", "fp16"]
-CONFIGS = ["configs/multi30k.yaml", "configs/multi30k-gpu.yaml", "configs/multi30k-best.yaml"]
+CONFIGS = ["configs/base.yaml", "configs/multi30k.yaml", "configs/multi30k-gpu.yaml"]
 GPU_CONFIG = "configs/multi30k-gpu.yaml"
 TINY_CONFIG = "configs/tiny.yaml"
 TINY = ["train.log_every=2", "train.valid_every=10"]
@@ -51,6 +56,7 @@ class Kit:
 
     def __init__(self, args: argparse.Namespace):
         self.args, self.out = args, Path(args.out).resolve()
+        self.deadline = time.monotonic() + 60 * args.minutes
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / "report.json"
         self.report = json.loads(path.read_text()) if path.exists() else {"parts": {}, "commands": []}
@@ -64,6 +70,9 @@ class Kit:
         """A command from the repository root (mt importable), its line and wall time recorded; with `log`,
         its output goes there as it comes, so that a command cut by its timeout leaves what it printed."""
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})}
+        seconds = min(seconds, self.left())
+        if seconds < 5:
+            raise RuntimeError(f"--minutes {self.args.minutes} spent before `{' '.join(cmd)}`")
         start = time.perf_counter()
         if log is None:
             done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=seconds)
@@ -80,6 +89,10 @@ class Kit:
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             raise RuntimeError(f"`{' '.join(cmd)}` exited {done.returncode}: {' | '.join(tail)}")
         return done
+
+    def left(self) -> float:
+        """Seconds of --minutes left."""
+        return self.deadline - time.monotonic()
 
     def mt(self, *args: str, seconds: float = 600) -> subprocess.CompletedProcess:
         return self.run([sys.executable, "-m", "mt", *args], seconds)
@@ -172,31 +185,32 @@ def part_cpu_suite(kit: Kit) -> dict:
     return pytest_part(kit, ["-m", "not gpu"], "cpu-suite", 540, env=env)
 
 
-def bench_rows(kit: Kit, config: str, precisions: list[str], *variant: str) -> list[dict]:
-    """scripts/bench_train.py's rows for one config, precisions and variant flags."""
-    cmd = [sys.executable, "scripts/bench_train.py", config, "--steps", str(kit.args.bench_steps)]
-    cmd += ["--device", kit.args.device, "--precisions", *precisions, *variant]
-    cmd += set_flags(s for s in kit.sets if not s.startswith("train.device="))
-    return [row for row in json_lines(kit.run(cmd, 600).stdout) if "precision" in row]
-
-
 def part_bench(kit: Kit) -> dict:
-    """Every config in every precision the device has; on CUDA also the GPU config with cuDNN's
-    attention allowed, and compiled."""
+    """scripts/bench_train.py over every config: mt and the reference, eager and (CUDA) compiled."""
     from mt.distributed import resolve_device
 
     on_cuda = resolve_device(kit.args.device).type == "cuda"
-    precisions = [p for p in PRECISIONS if on_cuda or p not in ("tf32", "fp16")]  # CUDA-only: refused on CPUs
-    rows = [row for config in kit.configs for row in bench_rows(kit, config, precisions)]
-    if on_cuda:
-        rows += bench_rows(kit, GPU_CONFIG, ["bf16", "fp16"], "--cudnn-attention", "on")
-        rows += bench_rows(kit, GPU_CONFIG, ["fp32", "bf16"], "--compile")
-    return {"rows": rows}
+    out = kit.out / "bench.json"
+    cmd = [sys.executable, "scripts/bench_train.py", *kit.configs, "--steps", str(kit.args.bench_steps)]
+    cmd += ["--device", kit.args.device, "--models", "mt", "reference", "--profile", "--probe"]
+    cmd += [
+        "--repeats",
+        str(kit.args.bench_repeats),
+        "--minutes",
+        str(0.4 * kit.left() / 60),
+        "--out",
+        str(out),
+    ]
+    cmd += ["--switches", "eager", "compile"] if on_cuda else []
+    cmd += ["--precisions", *kit.args.precisions] if kit.args.precisions else []
+    kit.run(cmd + set_flags(s for s in kit.sets if not s.startswith("train.device=")), 3600)
+    return {"rows": json.loads(out.read_text())}
 
 
 def part_train(kit: Kit) -> dict:
     """Train --train-config for a share of the budget, then score and time decoding of its test set."""
-    run, minutes = kit.out / "runs" / "train", max(0.2, 0.4 * kit.args.minutes)
+    share = kit.args.train_minutes or 0.4 * kit.args.minutes
+    run, minutes = kit.out / "runs" / "train", max(0.2, min(share, (kit.left() - 120) / 60))
     sets = kit.sets + [f"train.max_minutes={minutes}"]
     kit.mt(
         "train",
@@ -316,17 +330,7 @@ def markdown(report: dict) -> str:
             continue
         found = part["result"]
         if name == "bench":
-            out += [
-                "| config | precision | cuDNN attention | compiled | warmup s | tokens/s | s/epoch "
-                "| peak GiB | GPU busy | last loss |",
-                "|---|---|---|---|---|---|---|---|---|---|",
-            ]
-            out += [
-                f"| {r['config']} | {r['precision']} | {r['cudnn_attention']} | {r['compile']} | "
-                f"{r['warmup_seconds']} | {r['tokens_per_s']} | {r['seconds_per_epoch']} | "
-                f"{r['peak_gpu_gib']} | {r['gpu_busy']} | {r['last_loss_per_token']} |"
-                for r in found["rows"]
-            ]
+            out += [bench_table(found["rows"]), ""]
         elif "tests" in found:
             out += [f"{found['counts']}", ""] + [
                 f"- `{t}`: {o}"
@@ -347,9 +351,16 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="folder for report.json, report.md and the runs")
     parser.add_argument("--parts", nargs="+", default=PARTS, choices=PARTS)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--minutes", type=float, default=5.0, help="the train part gets 40%% of it")
+    parser.add_argument("--minutes", type=float, default=25.0, help="bounds the whole kit")
+    parser.add_argument(
+        "--train-minutes", type=float, help="the train part's budget (default 40%% of --minutes)"
+    )
     parser.add_argument("--train-config", default=GPU_CONFIG, help="what the train part trains")
-    parser.add_argument("--bench-steps", type=int, default=30)
+    parser.add_argument("--bench-steps", type=int, default=40)
+    parser.add_argument("--bench-repeats", type=int, default=3)
+    parser.add_argument(
+        "--precisions", nargs="+", help="bench these (default: those the device runs natively)"
+    )
     parser.add_argument("--tiny", action="store_true", help="the toy corpus and a tiny model (a CPU check)")
     parser.add_argument("--set", action="append", default=[], help="key.path=value for every config")
     kit = Kit(parser.parse_args())

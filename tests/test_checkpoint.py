@@ -133,8 +133,8 @@ def test_checkpoint_from_an_incompatible_config(capsys, trained, tmp_path):
     code, err = run_main(capsys, "translate", "--run", str(run))
     assert code == 2
     assert err == (
-        f"mt: error: {run}/best.pt: weights do not fit the model its config describes (36 missing, e.g. "
-        f"encoder.1.self_attn.q_proj.weight); the checkpoint comes from an incompatible config\n"
+        f"mt: error: {run}/best.pt: weights do not fit the model its config describes (32 missing, e.g. "
+        f"encoder.1.self_attn.qkv_proj.weight); the checkpoint comes from an incompatible config\n"
     )
 
 

@@ -17,7 +17,8 @@ from mt.batching import source_batch
 from mt.decode_config import COMMAND_LINE, DecodeConfig, decoding
 from mt.decode import Ensemble, Hypothesis, Sampler, beam_search, greedy_decode, length_penalty
 from mt.errors import ConfigError
-from mt.model import KVCache, Seq2Seq
+from mt.kv_cache import KVCache
+from mt.model import Seq2Seq
 from mt.tokenizer import BOS, EOS
 from mt.translate import search_lines
 

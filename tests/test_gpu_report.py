@@ -22,9 +22,13 @@ def test_the_kit_runs_on_the_cpu(tmp_path):
             "cpu",
             "--tiny",
             "--minutes",
-            "0.5",
+            "4",
+            "--train-minutes",
+            "0.2",
             "--bench-steps",
             "3",
+            "--bench-repeats",
+            "2",
             "--out",
             str(tmp_path),
             "--parts",
@@ -41,11 +45,16 @@ def test_the_kit_runs_on_the_cpu(tmp_path):
     found = {name: part["result"] for name, part in report["parts"].items()}
     assert found["env"]["device"] == "cpu" and found["env"]["native_precisions"][0] == "fp32"
     assert found["gpu-tests"]["counts"]["skipped"] == len(found["gpu-tests"]["tests"]) > 0  # no CUDA here
-    rows = found["bench"]["rows"]
-    assert [r["precision"] for r in rows] == ["fp32", "bf16"]  # tf32 and fp16 are CUDA's
-    assert all(r["tokens_per_s"] > 0 and r["seconds_per_epoch"] > 0 and r["gpu_busy"] is None for r in rows)
+    rows, native = found["bench"]["rows"], found["env"]["native_precisions"]  # only those unless asked
+    assert [(r["precision"], r["model"]) for r in rows] == [
+        (p, m) for p in native for m in ("mt", "reference")
+    ]
+    assert all(r["repeats"] == 2 and r["min"] <= r["tokens_per_s"] <= r["max"] for r in rows)
+    assert all(
+        r["tflops"] > 0 and r["of_probe"] > 0 and r["casts"] >= 0 and "gpu_busy" not in r for r in rows
+    )
     assert found["train"]["steps"] > 0 and set(found["train"]["test"]) == {"test", "test-beam5"}
     assert found["train"]["decode"]["beam5"]["sentences"] == 500
     assert found["resume"]["same_count"] and found["resume"]["max_abs_loss_diff"] == 0.0  # exact on a CPU
     text = (tmp_path / "report.md").read_text()
-    assert all(f"## {name} (ok" in text for name in parts) and "| tiny | fp32 |" in text
+    assert all(f"## {name} (ok" in text for name in parts) and "| tiny | fp32 | eager | mt |" in text

@@ -45,3 +45,22 @@ def test_loss_and_gradient_match_torch_cross_entropy(epsilon):
     ours = torch.autograd.grad(loss + 0.5 * nll, logits)[0]
     theirs = torch.autograd.grad(ref + 0.5 * ref_nll, logits)[0]
     torch.testing.assert_close(ours.double(), theirs, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [2**28, 7 * 11])  # one chunk; chunks of 7 rows (V = 11), the last short
+def test_bf16_logits_are_read_in_fp32_without_a_whole_copy(monkeypatch, chunk):
+    """Logits from autocast (bf16) give the fp32 loss of the same (rounded) values, and a gradient in
+    bf16 equal to fp32's rounded; however many chunks the rows are read in."""
+    monkeypatch.setattr("mt.loss.CHUNK", chunk)
+    torch.manual_seed(0)
+    half = (3 * torch.randn(30, 11)).bfloat16().requires_grad_()
+    full = half.detach().float().requires_grad_()
+    target = torch.randint(1, 11, (30,))
+    target[::4] = PAD
+    for logits in (half, full):
+        loss, nll = label_smoothed_loss(logits, target, 0.1)
+        (loss + 0.5 * nll).backward()
+        assert loss.dtype == nll.dtype == torch.float32
+    torch.testing.assert_close(loss, label_smoothed_loss(half, target, 0.1)[0])  # fp32 maths on bf16 values
+    assert half.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(half.grad, full.grad.bfloat16())

@@ -6,7 +6,9 @@ import torch
 
 from mt.batching import make_batch
 from mt.config import FREEZABLE, ModelConfig
-from mt.model import Dropout, KVCache, Seq2Seq, decoder_self_mask
+from mt.loss import batch_loss
+from mt.kv_cache import KVCache
+from mt.model import Dropout, Seq2Seq, decoder_self_mask
 from mt.tokenizer import BOS, PAD
 
 
@@ -140,16 +142,14 @@ def test_attention_matches_reference_multihead(small_model):
     attn = small_model.encoder[0].self_attn
     D = 32
     ref = torch.nn.MultiheadAttention(D, 4, batch_first=True)
-    k_w, v_w = attn.kv_proj.weight.chunk(2)
-    k_b, v_b = attn.kv_proj.bias.chunk(2)
     with torch.no_grad():
-        ref.in_proj_weight.copy_(torch.cat([attn.q_proj.weight, k_w, v_w]))
-        ref.in_proj_bias.copy_(torch.cat([attn.q_proj.bias, k_b, v_b]))
+        ref.in_proj_weight.copy_(attn.qkv_proj.weight)  # the same layout: Q, K, V rows
+        ref.in_proj_bias.copy_(attn.qkv_proj.bias)
         ref.out_proj.weight.copy_(attn.out_proj.weight)
         ref.out_proj.bias.copy_(attn.out_proj.bias)
     x = torch.randn(2, 5, D)
     mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
-    ours = attn(x, *attn.project_kv(x), mask[:, None, None, :])
+    ours = attn(*attn.project_qkv(x), mask[:, None, None, :])
     theirs, _ = ref(x, x, x, key_padding_mask=~mask)  # PyTorch's True = pad convention, only here
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
 
@@ -282,8 +282,8 @@ def test_cross_attention_weights_reproduce_the_attention_output(small_model):
     handle = layer.register_forward_hook(lambda m, args, out: seen.update(args=args, out=out))
     small_model.attention(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
     handle.remove()
-    x, k, v, mask = seen["args"]
-    mixed = layer.weights(x, k, mask) @ v  # (B, H, T, Dh)
+    q, k, v, mask = seen["args"]
+    mixed = layer.weights(q, k, mask) @ v  # (B, H, T, Dh)
     B, H, T, Dh = mixed.shape
     torch.testing.assert_close(layer.out_proj(mixed.transpose(1, 2).reshape(B, T, H * Dh)), seen["out"])
 
@@ -308,3 +308,30 @@ def test_encoder_and_decoder_depths_default_to_layers():
     assert ModelConfig(layers=4, encoder_layers=6, decoder_layers=1).depth == (6, 1)
     model = Seq2Seq(ModelConfig(d_model=16, n_heads=2, d_ff=32, layers=2, decoder_layers=1), vocab_size=20)
     assert (len(model.encoder), len(model.decoder), len(model.new_cache().self_kv)) == (2, 1, 1)
+
+
+def test_under_autocast_each_input_is_cast_once():
+    """bf16 autocast's casts in a training forward: per Linear its weight and bias, plus the input of
+    each projection that reads the fp32 residual stream (self-attention's one q/k/v projection,
+    cross-attention's query, the feed-forward's first layer, the output projection), and the encoder's
+    output once for every decoder layer's keys and values; the loss reads the bf16 logits in fp32 a
+    chunk of rows at a time (here one chunk)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountCasts(TorchDispatchMode):
+        casts = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            CountCasts.casts += func.overloadpacket == torch.ops.aten._to_copy
+            return func(*args, **(kwargs or {}))
+
+    cfg = ModelConfig(
+        d_model=16, n_heads=2, layers=1, encoder_layers=3, decoder_layers=2, d_ff=32, dropout=0.0
+    )
+    model = Seq2Seq(cfg, 40)
+    batch = make_batch([[5, 6, 7], [8, 9]], [[10, 11], [12, 13, 14]])
+    with torch.autocast("cpu", dtype=torch.bfloat16), CountCasts():
+        batch_loss(model, batch, 0.1)
+    encoder, decoder = 3 + 2 + 3 + 2, (3 + 2) + (3 + 2 + 2) + (3 + 2)  # per layer: (w, b, input) or (w, b)
+    # + the memory, the output projection's weight and input, the loss's chunk
+    assert CountCasts.casts == 3 * encoder + 2 * decoder + 1 + 2 + 1

@@ -119,3 +119,53 @@ def test_signal_checkpoints_and_says_how_to_resume(tmp_path, sig, code, tiny_res
         f"mt train {' '.join(args[1:4])} " + " ".join(f"--set {s}" for s in args[5::2])
     )
     assert "Traceback" not in stderr
+
+
+def separate_qkv(ckpt: dict) -> dict:
+    """A checkpoint as mt wrote it before self-attention's fused projection: each self_attn's qkv_proj
+    split into q_proj and kv_proj, and Adam's moments in that order (q weight, q bias, kv weight, kv bias)."""
+    model, state, order = {}, ckpt["optimizer"]["state"], []
+    for key, value in ckpt["model"].items():
+        if ".self_attn.qkv_proj." in key:
+            q, kv = value.split([value.size(0) // 3, 2 * value.size(0) // 3])
+            model[key.replace("qkv_proj", "q_proj")], model[key.replace("qkv_proj", "kv_proj")] = q, kv
+        else:
+            model[key] = value
+    tied = ("tgt_embed.weight", "out_proj.weight") if ckpt["config"]["model"]["tie_embeddings"] else ()
+    names = [k for k in ckpt["model"] if k not in tied]  # Adam's order: the parameters, each once
+    for i, name in enumerate(names):
+        if name.endswith("qkv_proj.weight"):
+            j = i + 1  # its bias
+            split = {
+                n: {
+                    k: v.split([v.size(0) // 3, 2 * v.size(0) // 3]) if v.dim() else (v, v)
+                    for k, v in state[n].items()
+                }
+                for n in (i, j)
+            }
+            order += [{k: v[0] for k, v in split[i].items()}, {k: v[0] for k, v in split[j].items()}]
+            order += [{k: v[1] for k, v in split[i].items()}, {k: v[1] for k, v in split[j].items()}]
+        elif not name.endswith("qkv_proj.bias"):
+            order.append(state[i])
+    group = ckpt["optimizer"]["param_groups"][0]
+    optimizer = {
+        "state": dict(enumerate(order)),
+        "param_groups": [{**group, "params": list(range(len(order)))}],
+    }
+    return {**ckpt, "model": model, "optimizer": optimizer}
+
+
+@pytest.mark.slow
+def test_a_run_saved_with_separate_q_and_kv_projections_resumes_as_if_never_stopped(tmp_path, tiny_config):
+    """Runs trained before the fused q/k/v projection keep their work: the old last.pt resumes with the
+    same weights, Adam moments and losses as the new one."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(tiny_config("train.max_steps=20"), straight)
+    train(tiny_config("train.max_steps=10"), resumed)
+    ckpt = torch.load(resumed / "last.pt", weights_only=True)
+    assert "encoder.0.self_attn.qkv_proj.weight" in ckpt["model"]
+    torch.save(separate_qkv(ckpt), resumed / "last.pt")
+    assert "encoder.0.self_attn.q_proj.weight" in weights(resumed / "last.pt")
+    train(tiny_config("train.max_steps=20"), resumed)
+    assert_same_weights(weights(straight / "last.pt"), weights(resumed / "last.pt"))
+    assert train_losses(straight) == train_losses(resumed)
