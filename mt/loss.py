@@ -42,16 +42,22 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: Tensor, grad_nll: Tensor):
         logits, target = ctx.saved_tensors
-        eps, V, rows = ctx.epsilon, logits.size(1), _chunk_rows(logits)
-        grads = []
-        for chunk, gold, d_loss, d_nll in zip(
-            *(t.split(rows) for t in (logits, target, grad_loss, grad_nll))
-        ):
-            grad = torch.softmax(chunk, dim=-1, dtype=torch.float32)  # (n, V)
-            grad.mul_((d_loss + d_nll)[:, None]).sub_((eps / V) * d_loss[:, None])
-            grad.scatter_add_(1, gold[:, None], (-(1.0 - eps) * d_loss - d_nll)[:, None])
-            grads.append(grad.to(logits.dtype))
-        return grads[0] if len(grads) == 1 else torch.cat(grads), None, None
+        eps, rows = ctx.epsilon, _chunk_rows(logits)
+        if rows >= logits.size(0):
+            return _grad(logits, target, grad_loss, grad_nll, eps).to(logits.dtype), None, None
+        grad = torch.empty_like(logits)  # (N, V) in the logits' dtype, filled a chunk at a time
+        for start in range(0, logits.size(0), rows):
+            part = slice(start, start + rows)
+            grad[part] = _grad(logits[part], target[part], grad_loss[part], grad_nll[part], eps)
+        return grad, None, None
+
+
+def _grad(logits: Tensor, target: Tensor, grad_loss: Tensor, grad_nll: Tensor, eps: float) -> Tensor:
+    """(n, V) fp32 gradient of rows' loss and NLL: softmax - smoothed target, scaled by the incoming grads."""
+    grad = torch.softmax(logits, dim=-1, dtype=torch.float32)  # (n, V)
+    grad.mul_((grad_loss + grad_nll)[:, None]).sub_((eps / logits.size(1)) * grad_loss[:, None])
+    grad.scatter_add_(1, target[:, None], (-(1.0 - eps) * grad_loss - grad_nll)[:, None])
+    return grad
 
 
 def _chunk_rows(logits: Tensor) -> int:

@@ -4,7 +4,7 @@ after a kill, checked on reuse; the student trained on them records its teacher.
 import json
 
 import pytest
-from conftest import ROOT, run_main
+from conftest import ROOT, run_main, sets
 
 from mt import distill as distill_module
 from mt.config import load_config
@@ -103,7 +103,7 @@ def test_a_student_records_its_teacher(teacher_run, tmp_path):
 
 def test_mt_distill_refuses_a_teacher_ensemble_with_another_tokenizer(teacher_run, tmp_path, capsys):
     other = tmp_path / "other"
-    sets = [*teacher_run[1], "tokenizer.vocab_size=150"]
+    overrides = [*teacher_run[1], "tokenizer.vocab_size=150"]
     assert (
         run_main(
             capsys,
@@ -111,7 +111,7 @@ def test_mt_distill_refuses_a_teacher_ensemble_with_another_tokenizer(teacher_ru
             "configs/toy.yaml",
             "--run-dir",
             str(other),
-            *(a for x in sets for a in ("--set", x)),
+            *sets(overrides),
         )[0]
         == 0
     )

@@ -163,7 +163,13 @@ def test_tensorboard_events_read_back_equal_metrics_jsonl(tiny, tmp_path, capsys
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = tmp_path / "run"
-    sets = [*tiny, "train.max_steps=12", "train.valid_every=6", "train.log_every=3", "train.tensorboard=true"]
+    overrides = [
+        *tiny,
+        "train.max_steps=12",
+        "train.valid_every=6",
+        "train.log_every=3",
+        "train.tensorboard=true",
+    ]
     assert (
         run_main(
             capsys,
@@ -171,7 +177,7 @@ def test_tensorboard_events_read_back_equal_metrics_jsonl(tiny, tmp_path, capsys
             "configs/toy.yaml",
             "--run-dir",
             str(run),
-            *(a for s in sets for a in ("--set", s)),
+            *sets(overrides),
         )[0]
         == 0
     )

@@ -12,6 +12,7 @@ from mt.cli import main
 from mt.config import load_config
 from mt.data import load_split
 from mt.tokenizer import EOS
+from conftest import sets
 
 
 def test_the_corpus_is_fixed_line_aligned_and_shaped_like_wmt():
@@ -65,8 +66,7 @@ def test_base_trains_end_to_end_on_a_cpu(tmp_path, capsys):
     cfg = load_config("configs/base.yaml", BASE_ON_A_CPU)
     assert (cfg.model.d_model, cfg.model.n_heads, cfg.model.depth, cfg.model.d_ff) == (512, 8, (6, 6), 2048)
     run = tmp_path / "base"
-    flags = [f for s in BASE_ON_A_CPU for f in ("--set", s)]
-    assert main(["train", "configs/base.yaml", "--run-dir", str(run), *flags]) == 0
+    assert main(["train", "configs/base.yaml", "--run-dir", str(run), *sets(BASE_ON_A_CPU)]) == 0
     assert (run / "best.pt").exists() and (run / "spm.model").exists()
     (tmp_path / "in.txt").write_text("".join(line + "\n" for line in load_split(cfg.data, "test")[0][:3]))
     capsys.readouterr()
