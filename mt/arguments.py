@@ -162,6 +162,12 @@ def _distill_options(p: argparse.ArgumentParser) -> None:
     _run_options(p, skip=("n_best", "sample", "temperature", "seed", "split_sentences"), run=False)
     _ensemble_option(p, "translate")
     p.add_argument("--out", help="where the distilled corpus folder goes (default: data/distilled)")
+    p.add_argument(
+        "--with-references",
+        action="store_true",
+        help="the original training pairs too, after the teacher's (each source twice): the student "
+        "learns from both",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

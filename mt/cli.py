@@ -282,11 +282,12 @@ def cmd_distill(args: argparse.Namespace) -> None:
     from mt.distill import distill
 
     _setup_logging()
-    folder = distill(_open(args, ensemble=args.ensemble or []), Path(args.out) if args.out else None)
+    teacher = _open(args, ensemble=args.ensemble or [])
+    folder = distill(teacher, Path(args.out) if args.out else None, args.with_references)
     record = json.loads((folder / "teacher.json").read_text(encoding="utf-8"))
     print(
-        f"{folder}: {record['lines']} lines, translated in {record['translate_s']:.0f} s; train a student "
-        f"on it with --set data.corpus=files --set data.dir={folder}",
+        f"{folder}: {record['lines']} training pairs, translated in {record['translate_s']:.0f} s; "
+        f"train a student on it with --set data.corpus=files --set data.dir={folder}",
         file=sys.stderr,
     )
     print(folder)  # on stdout alone: --set data.dir=$(mt distill ...)

@@ -9,6 +9,10 @@ ensemble's) with the decoding settings, so the same teacher and settings find it
 written last, says what made it, with the sha256 of each file, and checks it on reuse (the student's
 card records it as `teacher`: mt.parent). Translation goes in chunks appended to train.TGT.partial,
 each flushed to disk: a killed distillation resumes at the first line it lacks.
+
+With `references`, the training files hold the teacher's pairs and then the original pairs (each source
+twice): the student learns the teacher's choices and the references' variety, and on a corpus as small
+as Multi30k overfits later (docs/results.md).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from mt.data import downloads_dir, load_split, source_lines, split_sources
+from mt.data import downloads_dir, load_split
 from mt.decode_config import evaluation_name
 from mt.errors import DataError
 from mt.files import file_sha256, write_failure, write_text
@@ -51,20 +55,24 @@ def teacher_record(t: Translator) -> dict:
 
 
 def folder_for(record: dict, root: Path) -> Path:
-    key = hashlib.sha256(json.dumps([record["sha256"], record["decode"]]).encode()).hexdigest()[:16]
-    return root / f"{Path(record['run']).name}-{record['name']}-{key}"
+    """Named by the teacher's run and settings, keyed by its checkpoints' sha256 and the decoding."""
+    keyed, name = [record["sha256"], record["decode"]], record["name"]
+    if record.get("references"):  # only then, so that the folders made before references stay found
+        keyed, name = [*keyed, "references"], f"{name}-refs"
+    key = hashlib.sha256(json.dumps(keyed).encode()).hexdigest()[:16]
+    return root / f"{Path(record['run']).name}-{name}-{key}"
 
 
-def distill(t: Translator, root: Path | None = None) -> Path:
+def distill(t: Translator, root: Path | None = None, references: bool = False) -> Path:
     """The distilled corpus of `t` (a teacher opened with its decoding settings): found, checked and
-    reused; or made, resuming a killed run's partial file."""
-    record = teacher_record(t)
+    reused; or made, resuming a killed run's partial file. `references`: the original pairs follow."""
+    record = teacher_record(t) | ({"references": True} if references else {})
     folder = folder_for(record, root or distilled_root())
     if (folder / TEACHER).exists():
         check(folder, record)
         return folder
     data = t.config.data
-    sources = list(source_lines(split_sources(data, "train")[0]))
+    sources, targets = load_split(data, "train")
     names = {side: f"train.{lang}" for side, lang in (("src", data.src_lang), ("tgt", data.tgt_lang))}
     partial = folder / f"{names['tgt']}.partial"
     try:
@@ -73,14 +81,23 @@ def distill(t: Translator, root: Path | None = None) -> Path:
         _translate(t, sources, done, partial)
         record |= {"resumed_at": done, "translate_s": round(time.perf_counter() - start, 1)}
         _copy_held_out(t, folder)
-        write_text(folder / names["src"], "".join(line + "\n" for line in sources))
-        os.replace(partial, folder / names["tgt"])
+        if references:  # the partial file stays until this is written whole: a kill here resumes
+            write_text(folder / names["tgt"], partial.read_text(encoding="utf-8") + _text(targets))
+            partial.unlink()
+            sources = sources + sources
+        else:
+            os.replace(partial, folder / names["tgt"])
+        write_text(folder / names["src"], _text(sources))
         files = sorted(p.name for p in folder.iterdir() if p.name != TEACHER)
         record |= {"lines": len(sources), "files": {name: file_sha256(folder / name) for name in files}}
         write_text(folder / TEACHER, json.dumps(record, indent=1) + "\n")
     except OSError as e:
         raise write_failure(folder, e) from None
     return folder
+
+
+def _text(lines: list[str]) -> str:
+    return "".join(line + "\n" for line in lines)
 
 
 def _resume(partial: Path, total: int) -> int:
@@ -107,7 +124,7 @@ def _translate(t: Translator, sources: list[str], done: int, partial: Path) -> N
     ):
         for start in range(done, len(sources), CHUNK):
             chunk = sources[start : start + CHUNK]
-            out.write("".join(line + "\n" for line in t.translate(chunk)))
+            out.write(_text(t.translate(chunk)))
             out.flush()
             os.fsync(out.fileno())
             bar.update(len(chunk))
@@ -118,7 +135,7 @@ def _copy_held_out(t: Translator, folder: Path) -> None:
     data = t.config.data
     for split in ("val", "test"):
         for lang, lines in zip((data.src_lang, data.tgt_lang), load_split(data, split)):
-            write_text(folder / f"{split}.{lang}", "".join(line + "\n" for line in lines))
+            write_text(folder / f"{split}.{lang}", _text(lines))
 
 
 def check(folder: Path, record: dict) -> dict:
@@ -136,6 +153,6 @@ def check(folder: Path, record: dict) -> dict:
             f"{folder}: damaged distilled corpus ({', '.join(damaged)} not as {TEACHER} recorded); "
             f"delete the folder and run mt distill again"
         )
-    if any(stored.get(key) != record[key] for key in ("sha256", "decode")):
+    if any(stored.get(key) != record.get(key) for key in ("sha256", "decode", "references")):
         raise DataError(f"{path}: made by another teacher or other decoding settings; use another --out")
     return stored

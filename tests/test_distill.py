@@ -53,6 +53,24 @@ def test_the_distilled_corpus_is_the_teachers_translations_line_by_line(teacher_
     assert distill(Translator.from_run(teacher_run[0], device="cpu", beam=1), tmp_path) != folder
 
 
+def test_with_references_the_original_pairs_follow_the_teachers(teacher_run, tmp_path, capsys):
+    teacher = Translator.from_run(teacher_run[0], device="cpu")
+    plain = distill(teacher, tmp_path)
+    args = ["distill", "--teacher", str(teacher_run[0]), "--out", str(tmp_path), "--device", "cpu"]
+    code, err = run_main(capsys, *args, "--with-references")
+    (folder,) = [p for p in tmp_path.iterdir() if p != plain]
+    sources, targets = load_split(teacher.config.data, "train")
+    assert code == 0 and folder.name.startswith("run-train-") and "-refs-" in folder.name
+    last = err.splitlines()[-1]  # after the teacher's warnings on over-long lines
+    assert last.startswith(f"{folder}: {2 * len(sources)} training pairs, translated in ")
+    assert (folder / "train.de").read_text().splitlines() == sources + sources
+    teachers = (plain / "train.en").read_text().splitlines()
+    assert (folder / "train.en").read_text().splitlines() == teachers + targets
+    assert json.loads((folder / "teacher.json").read_text())["references"] is True
+    assert distill(teacher, tmp_path, references=True) == folder  # found again, checked
+    assert not list(folder.glob("*.partial"))
+
+
 def test_a_killed_distillation_resumes_to_the_same_file(teacher_run, tmp_path, monkeypatch):
     teacher = Translator.from_run(teacher_run[0], device="cpu")
     whole = distill(teacher, tmp_path / "whole")
