@@ -112,7 +112,8 @@ def mismatches(theirs: RunConfig, ours: RunConfig, section: str, source: Path, i
 
 def teacher_of(cfg: RunConfig) -> dict:
     """The card's `teacher` of a run trained on a distilled corpus: its folder's teacher.json (the
-    teacher run, checkpoint sha256, decoding settings and time spent), as mt.distill checked it; else {}."""
+    teacher run, checkpoint sha256, decoding settings, time spent, and whether the references follow),
+    as mt.distill checked it; else {}."""
     path = Path(cfg.data.dir) / TEACHER
     if cfg.data.corpus != "files" or not path.exists():
         return {}
@@ -120,7 +121,7 @@ def teacher_of(cfg: RunConfig) -> dict:
         record = json.loads(path.read_text(encoding="utf-8"))
         teacher = {
             key: record[key] for key in ("run", "checkpoint", "sha256", "ensemble", "name", "translate_s")
-        }
+        } | {"references": bool(record.get("references"))}  # absent before --with-references
     except (OSError, ValueError, KeyError, TypeError):
         raise DataError(f"{path}: damaged; run mt distill again to rewrite the distilled corpus") from None
     return {"teacher": teacher}

@@ -109,14 +109,14 @@ def test_a_damaged_distilled_corpus_is_refused_in_one_line(teacher_run, tmp_path
 
 
 def test_a_student_records_its_teacher(teacher_run, tmp_path):
-    folder = distill(Translator.from_run(teacher_run[0], device="cpu"), tmp_path)
+    folder = distill(Translator.from_run(teacher_run[0], device="cpu"), tmp_path, references=True)
     overrides = [*teacher_run[1], f"data.dir={folder}", "model.encoder_layers=2", "model.decoder_layers=1"]
     train(load_config(ROOT / "configs/toy.yaml", overrides), tmp_path / "student")
     teacher = json.loads((tmp_path / "student" / "card.json").read_text())["teacher"]
     assert teacher["run"] == str(teacher_run[0]) and teacher["sha256"] == [
         file_sha256(teacher_run[0] / "best.pt")
     ]
-    assert teacher["translate_s"] >= 0
+    assert teacher["translate_s"] >= 0 and teacher["references"] is True
 
 
 def test_mt_distill_refuses_a_teacher_ensemble_with_another_tokenizer(teacher_run, tmp_path, capsys):
