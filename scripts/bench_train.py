@@ -70,9 +70,7 @@ def bench_pairs(cfg, steps: int) -> tuple[Pairs, int]:
         pairs, vocab_size = corpus.load(corpus.prepare(cfg.data, tokenizer, total)), tokenizer.vocab_size
     plan = epoch_plan(pairs.src_len, pairs.tgt_len, cfg.train.max_tokens, cfg.train.seed, 1)
     rows = torch.cat([plan.rows(j) for j in range(min(steps, len(plan)))])
-    src = [pairs.src[s : s + n] for s, n in zip(pairs.src_start[rows].tolist(), pairs.src_len[rows].tolist())]
-    tgt = [pairs.tgt[s : s + n] for s, n in zip(pairs.tgt_start[rows].tolist(), pairs.tgt_len[rows].tolist())]
-    return Pairs.of(torch.cat(src), torch.cat(tgt), pairs.src_len[rows], pairs.tgt_len[rows]), vocab_size
+    return pairs.subset(rows), vocab_size
 
 
 def train_flops(cfg: ModelConfig, vocab_size: int, src_len: torch.Tensor, tgt_len: torch.Tensor) -> float:
@@ -289,9 +287,9 @@ def rows_of(args, device: torch.device, folder: Path) -> list[dict]:
         cfg = load_config(path, args.set)
         pairs, vocab_size = bench_pairs(cfg, args.steps)
         saved = folder / f"pairs{i}.pt"
-        torch.save(
-            {"pairs": (pairs.src, pairs.tgt, pairs.src_len, pairs.tgt_len), "vocab_size": vocab_size}, saved
-        )
+        # int32: torch 2.4 cannot pickle uint16 tensors (the bench's few thousand pairs: no memory to save)
+        arrays = tuple(t.int() for t in (pairs.src, pairs.tgt, pairs.src_len, pairs.tgt_len))
+        torch.save({"pairs": arrays, "vocab_size": vocab_size}, saved)
         for precision in args.precisions or native_precisions(device):
             for switch in args.switches:
                 for model in args.models:

@@ -12,6 +12,7 @@ from mt.batching import (
     batch_sizes,
     epoch_plan,
     fill_ratio,
+    gather,
     make_batch,
     source_batch,
     token_batches,
@@ -160,3 +161,17 @@ def test_a_stream_of_views_reads_view_e_mod_n_in_epoch_e(toy, tokenizer):
         want = [views[view].batch(stream.plan(epoch).rows(j)) for j in range(len(stream.plan(epoch)))]
         assert [b.src.tolist() for b in got] == [b.src.tolist() for b in want]
     assert views[0].src.tolist() != views[1].src.tolist()
+
+
+def test_uint16_pairs_batch_as_int32_pairs_do_ids_above_32767_included():
+    src = [[1, 40000, 65535], [32768, 7]]
+    tgt = [[65535], [5, 32767, 40001, 9]]
+    wide = Pairs.from_ids(src, tgt)
+    narrow = Pairs.of(*(t.to(torch.uint16) for t in (wide.src, wide.tgt, wide.src_len, wide.tgt_len)))
+    rows = torch.tensor([1, 0])
+    for a, b in zip(vars(wide.batch(rows)).values(), vars(narrow.batch(rows)).values()):
+        assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+    assert gather(narrow.src, torch.tensor([2, 1, 3])).tolist() == [65535, 40000, 32768]
+    part = narrow.subset(rows)
+    assert part.src.dtype == torch.uint16 and part.src_len.dtype == torch.uint16
+    assert torch.equal(part.batch(torch.arange(2)).tgt_out, wide.batch(rows).tgt_out)

@@ -145,8 +145,9 @@ def test_single_process_needs_no_process_group():
 
 
 def test_bf16_on_a_cpu_without_it_is_said_once(monkeypatch, caplog):
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    # raising=False: torch 2.4 has neither probe, and mt.distributed reads them with a default
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     cpu = torch.device("cpu")
     assert distributed.native_precisions(cpu) == ["fp32"]
     with caplog.at_level(logging.WARNING, logger="mt.distributed"):
@@ -156,8 +157,23 @@ def test_bf16_on_a_cpu_without_it_is_said_once(monkeypatch, caplog):
     assert caplog.messages == [
         "train.precision bf16 is not native on this CPU (native: fp32): it runs far slower than fp32"
     ]
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
     assert distributed.native_precisions(cpu) == ["fp32", "bf16"]
+
+
+def tf32_switches() -> tuple:
+    """(matmul, convolution) TF32 settings through the one API this torch has: fp32_precision ("tf32"
+    or "ieee") from 2.9, allow_tf32 (True or False) before."""
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        return torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision
+    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+
+def set_tf32_switches(matmul, conv) -> None:
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = matmul, conv
+    else:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, conv
 
 
 def test_tf32_only_when_asked_for_through_one_api(monkeypatch):
@@ -166,16 +182,16 @@ def test_tf32_only_when_asked_for_through_one_api(monkeypatch):
     attention is turned off."""
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     cuda = torch.device("cuda", 0)
-    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
-    before = matmul.fp32_precision, conv.fp32_precision
+    on, off = ("tf32", "ieee") if hasattr(torch.backends.cuda.matmul, "fp32_precision") else (True, False)
+    before = tf32_switches()
     try:
         torch.backends.cuda.enable_cudnn_sdp(True)
         distributed.set_precision(cuda, "tf32")
         assert not torch.backends.cuda.cudnn_sdp_enabled()  # its per-shape plans made bf16 8x slower
-        assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", "tf32")
+        assert tf32_switches() == (on, on)
         for precision in ("fp32", "bf16", "fp16"):
             distributed.set_precision(cuda, precision)
-            assert (matmul.fp32_precision, conv.fp32_precision) == ("ieee", "ieee")
+            assert tf32_switches() == (off, off)
     finally:
-        matmul.fp32_precision, conv.fp32_precision = before
+        set_tf32_switches(*before)
         torch.backends.cuda.enable_cudnn_sdp(True)
