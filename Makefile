@@ -12,6 +12,9 @@ TRAIN := $(if $(filter-out 1,$(NPROC)),$(BIN)/torchrun --standalone --nproc_per_
 RUNS ?=
 CONFIGS ?=
 REPORT ?= runs/report.md
+# which evaluation `make report` and `make compare` set side by side: test-tuned, each run's own beam and length penalty
+# as `mt tune` chose them on val (train.tune); test-beam5 and the like compare one setting
+SETTING ?= test-tuned
 
 .PHONY: install train evaluate translate serve report compare test test-fast lint clean
 
@@ -41,7 +44,7 @@ serve: install
 
 # make report RUNS="runs/a runs/b": the first run is the baseline
 report: install
-	$(BIN)/mt report $(RUNS) --out $(REPORT)
+	$(BIN)/mt report $(RUNS) --out $(REPORT) --setting $(SETTING)
 
 # make compare CONFIGS="configs/a.yaml configs/b.yaml": train (or resume) each, evaluate, report
 compare: install
@@ -51,7 +54,7 @@ compare: install
 	  $(TRAIN) $$c --run-dir $$run $(foreach s,$(SET),--set $(s)) && \
 	  $(BIN)/mt evaluate --run $$run --split test || exit $$?; \
 	done
-	$(BIN)/mt report $(foreach c,$(CONFIGS),runs/$(basename $(notdir $(c)))) --out $(REPORT)
+	$(BIN)/mt report $(foreach c,$(CONFIGS),runs/$(basename $(notdir $(c)))) --out $(REPORT) --setting $(SETTING)
 
 test: install
 	$(BIN)/python -m pytest -q -rs

@@ -9,7 +9,7 @@ import dataclasses
 import difflib
 
 from mt import __version__
-from mt.decode_config import QUANTIZATIONS, DecodeConfig
+from mt.decode_config import QUANTIZATIONS, TUNE_BEAMS, TUNE_LENGTH_PENALTIES, DecodeConfig
 from mt.schema import fields_of
 from mt.serving.limits import ServeLimits
 
@@ -170,6 +170,18 @@ def _distill_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _tune_options(p: argparse.ArgumentParser) -> None:
+    _run_options(p, decoding=())
+    p.add_argument("--beams", type=_at_least(1), nargs="+", default=list(TUNE_BEAMS), help="beam sizes tried")
+    p.add_argument(
+        "--length-penalties",
+        type=_at_least(0.0, float),
+        nargs="+",
+        default=list(TUNE_LENGTH_PENALTIES),
+        help="GNMT alphas tried with each beam above 1",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mt", description="Train and run Transformer translation models.")
     parser.add_argument("--version", action="version", version=f"mt {__version__}")
@@ -210,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     _distill_options(
         command("distill", "translate a teacher run's training sources once: a corpus for a student")
     )
+    _tune_options(command("tune", "choose a run's beam and length penalty on val; its translations use them"))
     p = command("attention", "plot cross-attention of the greedy translation of one sentence")
     p.add_argument("sentence")
     _run_options(p, decoding=())

@@ -48,6 +48,7 @@ RESUMABLE_KEYS = (
     "train.threads",
     "train.device",
     "train.dist_backend",
+    "train.tune",
     "decode",
 )
 
@@ -245,13 +246,17 @@ def fuse_adam_state(state: dict, model: Seq2Seq) -> dict:
     return {"state": moments, "param_groups": [{**group, "params": list(range(len(names)))}]}
 
 
-def stored_config(ckpt: dict, path: Path, overrides: list[str] = ()) -> RunConfig:
-    """The checkpoint's config (keys newer than the checkpoint take their defaults), with `overrides`."""
+def stored_config(ckpt: dict, path: Path, overrides: list[str] = (), decode: dict | None = None) -> RunConfig:
+    """The checkpoint's config (keys newer than the checkpoint take their defaults), its decode section
+    replaced by `decode` where given (the run's config.yaml: `mt tune` writes there), with `overrides`."""
     try:
         config_from_dict(copy.deepcopy(ckpt["config"]))
     except ConfigError as e:  # written by another version of mt, or edited
         raise RunDirError(f"{path}: stored config is invalid: {e}") from None
-    return config_from_dict(apply_overrides(copy.deepcopy(ckpt["config"]), list(overrides)))
+    raw = copy.deepcopy(ckpt["config"])
+    if decode is not None:
+        raw["decode"] = copy.deepcopy(decode)
+    return config_from_dict(apply_overrides(raw, list(overrides)))
 
 
 def build_model(ckpt: dict, cfg: RunConfig, path: str | Path) -> Seq2Seq:

@@ -64,6 +64,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         stop()  # the process group outlives everything train() made (DDP must go first)
         raise
     stop(together=True)
+    if cfg.train.tune and result["stopped"] and not result["interrupted"] and _rank() == 0:
+        _tune_at_the_end(run_dir, cfg.train.device)
     if result["interrupted"] and _rank() == 0:
         world = int(os.environ.get("WORLD_SIZE", 1))
         launcher = [f"torchrun --nproc_per_node {world} -m mt"] if world > 1 else ["mt"]
@@ -75,6 +77,15 @@ def cmd_train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_ON_SIGNAL.get(result["interrupted"], 0)
+
+
+def _tune_at_the_end(run_dir: Path, device: str) -> None:
+    """train.tune: choose the beam and length penalty on val, unless the run holds them for best.pt."""
+    from mt.rundir import checkpoint_path
+    from mt.tune import tune, tuned_setting
+
+    if tuned_setting(run_dir, checkpoint_path(run_dir)) is None:
+        _print_tuning(run_dir, tune(run_dir, device=device))
 
 
 def _decoding_flags(args: argparse.Namespace) -> dict:
@@ -293,6 +304,25 @@ def cmd_distill(args: argparse.Namespace) -> None:
     print(folder)  # on stdout alone: --set data.dir=$(mt distill ...)
 
 
+def cmd_tune(args: argparse.Namespace) -> None:
+    from mt.tune import make_grid, tune
+
+    _setup_logging()
+    grid = make_grid(args.beams, args.length_penalties)
+    tuning = tune(args.run, args.checkpoint, args.device, grid)
+    _print_tuning(args.run, tuning)
+
+
+def _print_tuning(run: str | Path, tuning: dict) -> None:
+    c = tuning["chosen"]
+    print(
+        f"{run}: beam {c['beam']}, length penalty {c['length_penalty']:g} (val BLEU {c['bleu']:.2f}, "
+        f"length ratio {c['length_ratio']:.3f}; best of {len(tuning['tried'])} tried); the run now "
+        f"translates with them unless told otherwise",
+        file=sys.stderr,
+    )
+
+
 COMMANDS = {
     "train": cmd_train,
     "translate": cmd_translate,
@@ -304,6 +334,7 @@ COMMANDS = {
     "serve": cmd_serve,
     "attention": cmd_attention,
     "distill": cmd_distill,
+    "tune": cmd_tune,
 }
 
 

@@ -106,6 +106,7 @@ class TrainConfig:
     average_last: int = within(0, 0)  # at the end, write averaged.pt: the mean of the last N kept models
     valid_every: int = within(500, 1)
     valid_beam: int = within(1, 1)  # beam of validation decoding, which best.pt is best at; fixed for a run
+    tune: bool = True  # when training ends, choose decode.beam and length_penalty on val (`mt tune`)
     save_every: int = within(0, 0)  # also write last.pt every N steps; 0 = at validations only
     log_every: int = within(50, 1)
     tensorboard: bool = (

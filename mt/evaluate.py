@@ -20,6 +20,7 @@ from mt.model import Seq2Seq, count_parameters
 from mt.provenance import code_version, config_section, hardware
 from mt.rundir import read_metrics
 from mt.translator import Translator
+from mt.tune import tuned_setting
 
 
 def lines_sha256(lines: list[str]) -> str:
@@ -57,19 +58,39 @@ def evaluate_run(translator: Translator, split: str = "test", files: tuple[str, 
         "decode": dataclasses.asdict(decode),
     }
     sections = {} if "training" in card else describe_untracked_run(rows, cfg, translator.model)
-    written = write_result(run_dir, key, result, hyps, ref, card, sections)
+    also = (f"{name}-tuned",) if decoded_as_tuned(translator) else ()
+    written = write_result(run_dir, key, result, hyps, ref, card, sections, also)
     return {**result, "key": key, "written": [str(p) for p in written]}
 
 
+def decoded_as_tuned(translator: Translator) -> bool:
+    """Whether the translations are the run's own, as `mt tune` chose them: its decode section untouched
+    by flags, with the tuned beam and length penalty, on the checkpoint tuned, no ensemble. Such a
+    result is also the card's SPLIT-tuned, which `mt report --setting test-tuned` compares across runs
+    tuned to different settings."""
+    if translator.ensemble or translator.decode != translator.config.decode:
+        return False
+    return tuned_setting(translator.run, translator.checkpoint) is not None
+
+
 def write_result(
-    run_dir: Path, key: str, result: dict, hyps: list[str], ref: list[str], card: dict, sections: dict
+    run_dir: Path,
+    key: str,
+    result: dict,
+    hyps: list[str],
+    ref: list[str],
+    card: dict,
+    sections: dict,
+    also: tuple[str, ...] = (),
 ) -> list[Path]:
-    """The evaluation's files (translations, references, eval-<key>.json) and the card's result."""
+    """The evaluation's files (translations, references, eval-<key>.json) and the card's result, under
+    `key` and each name in `also`."""
     written = [run_dir / result["hyp_file"], run_dir / result["ref_file"], run_dir / f"eval-{key}.json"]
     write_text(written[0], "".join(h + "\n" for h in hyps))
     write_text(written[1], "".join(r + "\n" for r in ref))
     write_text(written[2], json.dumps(result, indent=2) + "\n")
-    update_card(run_dir, **sections, results={**card.get("results", {}), key: result})
+    results = {**card.get("results", {}), **{name: result for name in [key, *also]}}
+    update_card(run_dir, **sections, results=results)
     return written + [run_dir / "card.json"]
 
 

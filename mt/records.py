@@ -154,6 +154,31 @@ class Cleaning:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Tried:
+    """One decoding setting `mt tune` tried on val (mt.tune)."""
+
+    open_keys: ClassVar[bool] = True
+    beam: int = within(lo=1)
+    length_penalty: float = within(lo=0)
+    bleu: float
+    chrf: float
+    length_ratio: float
+    seconds: float = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tuning:
+    """`mt tune`'s choice of the run's decoding: the settings tried and the best (mt.tune)."""
+
+    open_keys: ClassVar[bool] = True
+    split: str
+    checkpoint: str
+    checkpoint_sha256: str
+    chosen: Tried
+    tried: list[Tried]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Card:
     open_keys: ClassVar[bool] = True
     config: CardConfig
@@ -167,6 +192,7 @@ class Card:
     tokenizer_from: Origin = None
     cleaning: Cleaning = None
     teacher: dict = None  # a student's: what translated its distilled corpus (mt.parent.teacher_of)
+    tuning: Tuning = None
 
 
 # ---- metrics.jsonl -----------------------------------------------------------------------------------------

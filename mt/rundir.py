@@ -24,6 +24,7 @@ RunDirError. Writing: `open_run_dir` makes a run's first writes once every input
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -37,7 +38,7 @@ from typing import Any, Callable, Iterator
 
 
 from mt.checkpoint import build_model, load_checkpoint, stored_config
-from mt.config import RunConfig, TrainConfig, save_config
+from mt.config import RunConfig, TrainConfig, read_saved_config, save_config
 from mt.errors import ConfigError, RunDirError, WriteError
 from mt.files import write_failure, write_text
 from mt.model import Seq2Seq
@@ -103,7 +104,7 @@ def load_run(
     run_dir: str | Path, checkpoint: str = "best", overrides: list[str] = ()
 ) -> tuple[RunConfig, Tokenizer, Seq2Seq]:
     """Config, tokenizer and model (in eval mode, on CPU) from a run directory and one of its
-    checkpoints (see `checkpoint_path`).
+    checkpoints (see `checkpoint_path`); the config's decode section is DIR/config.yaml's (`run_decoding`).
 
     `overrides` (`key.path=value`) change the loaded config, e.g. decode.beam=5; they are validated.
     """
@@ -112,9 +113,18 @@ def load_run(
         raise RunDirError(f"{run_dir}: run directory not found")
     path = checkpoint_path(run_dir, checkpoint)
     ckpt = load_checkpoint(path)
-    cfg = stored_config(ckpt, path, overrides)
+    cfg = stored_config(ckpt, path, overrides, run_decoding(run_dir))
     tokenizer = run_tokenizer(run_dir, ckpt, path.name, "the run directory is incomplete")
     return cfg, tokenizer, build_model(ckpt, cfg, path).eval()
+
+
+def run_decoding(run_dir: Path) -> dict | None:
+    """The decode section of DIR/config.yaml: how the run translates unless told otherwise (training
+    writes the config's, `mt tune` the settings it chose); None where the file is missing."""
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return None
+    return dataclasses.asdict(read_saved_config(path).decode)
 
 
 def archive_previous(run_dir: Path) -> None:

@@ -23,13 +23,13 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     return peak * min(step / warmup, math.sqrt(warmup / step))
 
 
-def learning_rate(t: TrainConfig, step: int, elapsed_s: float) -> float:
+def learning_rate(t: TrainConfig, step: int) -> float:
     """train.schedule at update `step` (from 1): inverse_sqrt, or linear: the same warmup, then straight down
-    to 0 where the budget ends (train.max_steps or max_minutes, whichever comes first)."""
+    to 0 at the budget, train.max_steps. Never the wall clock: a config names one model on any machine,
+    and train.max_minutes only stops a run early."""
     if t.schedule == "inverse_sqrt":
         return inverse_sqrt_lr(step, t.lr, t.warmup_steps)
-    spent = max(step / t.max_steps, elapsed_s / (60 * t.max_minutes) if t.max_minutes else 0.0)
-    return t.lr * max(0.0, min(step / t.warmup_steps, 1.0 - spent))
+    return t.lr * max(0.0, min(step / t.warmup_steps, 1.0 - step / t.max_steps))
 
 
 @dataclass

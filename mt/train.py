@@ -27,6 +27,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from mt import checkpoint, distributed
 from mt.config import RunConfig, TrainConfig
 from mt.records import Progress, Window, progress_of
+from mt.rundir import read_metrics
 from mt.session import Session, best_so_far, finish, resume_checkpoint, save, setup, summary, write_metrics
 from mt.step import StepStats, learning_rate, train_step
 from mt.validation import validate
@@ -165,6 +166,7 @@ def validate_and_save(s: Session) -> None:
             s.cfg.train.valid_beam,
             result["bleu_signature"],
         )
+        warn_if_val_loss_rises(s)
     improved, p.best_bleu, p.best_chrf, p.best_loss, p.best_step, p.bad_validations = distributed.from_main(
         (improved, p.best_bleu, p.best_chrf, p.best_loss, p.best_step, p.bad_validations), s.ranks
     )
@@ -176,16 +178,58 @@ def validate_and_save(s: Session) -> None:
         checkpoint.keep_model(s.run_dir, s.cfg, s.model, s.tokenizer, p, s.cfg.train.keep_last)
 
 
+def time_capped(t: TrainConfig, p: Progress) -> bool:
+    """Whether train.max_minutes, the wall-clock cap, has run out before the budget, train.max_steps."""
+    return bool(t.max_minutes) and p.elapsed_s >= 60 * t.max_minutes and p.step < t.max_steps
+
+
 def stop_reason(t: TrainConfig, p: Progress) -> str:
     """Why training stops now ("" = it goes on)."""
     if p.step >= t.max_steps:
         return f"reached train.max_steps={t.max_steps}"
-    if t.max_minutes and p.elapsed_s >= 60 * t.max_minutes:
+    if time_capped(t, p):
         return f"reached train.max_minutes={t.max_minutes}"
     if t.patience and p.bad_validations >= t.patience:
         metric = {"bleu": "BLEU", "chrf": "chrF", "loss": "loss"}[t.best_metric]
         return f"no val {metric} gain in {t.patience} validations (train.patience)"
     return ""
+
+
+def warn_time_capped(t: TrainConfig, p: Progress) -> None:
+    """A run the time cap stopped is not the model its config names: say so, and how to finish it."""
+    log.warning(
+        "train.max_minutes=%g stopped training at step %d of its budget, train.max_steps=%d (%.0f%%): "
+        "this is not the model the config names (the schedule is set for the whole budget); run the same "
+        "command with --set train.max_minutes=0 to resume and finish it",
+        t.max_minutes,
+        p.step,
+        t.max_steps,
+        100 * p.step / t.max_steps,
+    )
+
+
+# validations in a row whose loss stays above the lowest so far before the log calls it overfitting
+RISING_VALIDATIONS = 3
+
+
+def warn_if_val_loss_rises(s: Session) -> None:
+    """Say so once val loss has stayed above its lowest for RISING_VALIDATIONS validations: once a stretch,
+    not at every validation after (rank 0; metrics.jsonl holds every validation of the run, resumed ones
+    too)."""
+    rows = [r for r in read_metrics(s.run_dir / "metrics.jsonl") if r.get("val_loss") is not None]
+    lowest = min(rows, key=lambda r: r["val_loss"], default=None)
+    above = [r for r in rows if lowest and r["step"] > lowest["step"]]
+    if len(above) == RISING_VALIDATIONS:
+        log.warning(
+            "val loss %.3f has stayed above its lowest, %.3f at step %d, for %d validations (%d updates): "
+            "the model is overfitting the training pairs; more regularisation (model.dropout) or a "
+            "smaller budget (train.max_steps) would do better",
+            rows[-1]["val_loss"],
+            lowest["val_loss"],
+            lowest["step"],
+            len(above),
+            rows[-1]["step"] - lowest["step"],
+        )
 
 
 def elapsed(s: Session, clock_start: float) -> float:
@@ -229,7 +273,7 @@ def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
                 batches, p.epoch, p.batch_index = s.stream.take(
                     p.epoch, p.batch_index, t.accumulate * ranks.world
                 )
-                lr = learning_rate(t, p.step + 1, p.elapsed_s)
+                lr = learning_rate(t, p.step + 1)
                 start = time.perf_counter()
                 with distributed.peers_lost():
                     stats = train_step(
@@ -261,5 +305,7 @@ def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
                 save(s, "last.pt")
             elif p.validated_step != p.step:
                 validate_and_save(s)
+            if not interrupted and time_capped(t, p) and ranks.main:
+                warn_time_capped(t, p)
         p.elapsed_s = time.perf_counter() - clock_start
         return finish(s, stop, interrupted)

@@ -45,7 +45,14 @@ TINY_MODEL = [
     "train.max_tokens=400",
     "train.threads=1",
 ]
-TINY = TINY_MODEL + ["train.device=cpu", "train.log_every=2", "train.valid_every=4", "data.corpus=files"]
+# train.tune off: `mt train` would decode val 11 times at its end (tests/test_tune.py turns it on)
+TINY = TINY_MODEL + [
+    "train.device=cpu",
+    "train.log_every=2",
+    "train.valid_every=4",
+    "data.corpus=files",
+    "train.tune=false",
+]
 
 
 def pytest_addoption(parser):

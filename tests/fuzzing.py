@@ -172,7 +172,7 @@ def _train_config(config: Path, out: Path) -> Outcome:
     """`mt train CONFIG` with training itself replaced by a stand-in: the config reader is under test."""
     from unittest import mock
 
-    finished = {"interrupted": "", "step": 0}
+    finished = {"interrupted": "", "step": 0, "stopped": ""}
     with mock.patch("mt.train.train", lambda cfg, run_dir, force_new=False: finished):
         return run_cli(["train", str(config), "--run-dir", str(out)])
 

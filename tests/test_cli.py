@@ -101,7 +101,7 @@ def test_unknown_key_is_one_line_exit_2(tmp_path):
         "mean 'lr'? valid keys: "
         "lr, warmup_steps, schedule, max_tokens, max_steps, max_minutes, label_smoothing, precision, "
         "device, dist_backend, clip_norm, accumulate, patience, best_metric, keep_last, average_last, "
-        "valid_every, valid_beam, save_every, log_every, tensorboard, max_nonfinite, seed, threads, "
+        "valid_every, valid_beam, tune, save_every, log_every, tensorboard, max_nonfinite, seed, threads, "
         "init_from, freeze\n"
     )
 

@@ -46,6 +46,7 @@ ORDER = [
     "step",
     "session",
     "train",
+    "tune",
     "evaluate",
     "report",
     "serving.limits",

@@ -25,16 +25,11 @@ def test_warmup_schedule_values():
 
 def test_linear_schedule_ends_at_zero_with_the_budget():
     t = TrainConfig(lr=1e-3, warmup_steps=100, schedule="linear", max_steps=1000)
-    assert learning_rate(t, 50, 0.0) == pytest.approx(5e-4)  # warmup, as inverse_sqrt
-    assert learning_rate(t, 100, 0.0) == pytest.approx(9e-4)  # the decay line, 1 - 100/1000, is lower
-    assert learning_rate(t, 600, 0.0) == pytest.approx(4e-4)
-    assert learning_rate(t, 1000, 0.0) == 0.0
-    timed = TrainConfig(lr=1e-3, warmup_steps=100, schedule="linear", max_steps=10**6, max_minutes=10)
-    assert learning_rate(timed, 500, 450.0) == pytest.approx(2.5e-4)  # 450 s of 600: a quarter left
-    assert learning_rate(timed, 900, 700.0) == 0.0  # past the budget (the final update)
-    assert learning_rate(TrainConfig(lr=1e-3, warmup_steps=400), 1600, 1e9) == inverse_sqrt_lr(
-        1600, 1e-3, 400
-    )
+    assert learning_rate(t, 50) == pytest.approx(5e-4)  # warmup, as inverse_sqrt
+    assert learning_rate(t, 100) == pytest.approx(9e-4)  # the decay line, 1 - 100/1000, is lower
+    assert learning_rate(t, 600) == pytest.approx(4e-4)
+    assert learning_rate(t, 1000) == 0.0
+    assert learning_rate(TrainConfig(lr=1e-3, warmup_steps=400), 1600) == inverse_sqrt_lr(1600, 1e-3, 400)
 
 
 def _model_and_batches(seed: int = 0):

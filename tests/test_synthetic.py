@@ -57,6 +57,7 @@ BASE_ON_A_CPU = [
     "train.precision=fp32",
     "train.device=cpu",
     "train.threads=2",
+    "train.tune=false",  # a random base model's beam search runs to the length limit: minutes
 ]
 
 

@@ -66,6 +66,86 @@ def test_max_minutes_stops_at_the_first_update_past_the_budget_and_counts_across
     ]
 
 
+def test_a_run_the_time_cap_stops_says_it_is_not_the_configs_model(
+    tmp_path, tiny, ten_seconds_an_update, caplog
+):
+    cfg = load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_minutes=0.5", "train.max_steps=20"])
+    result = train(cfg, tmp_path / "run")
+    assert (result["step"], result["stopped"]) == (3, "reached train.max_minutes=0.5")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        "train.max_minutes=0.5 stopped training at step 3 of its budget, train.max_steps=20 (15%): this is "
+        "not the model the config names (the schedule is set for the whole budget); run the same command "
+        "with --set train.max_minutes=0 to resume and finish it"
+    ]
+    caplog.clear()
+    finished = load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_minutes=0", "train.max_steps=20"])
+    assert train(finished, tmp_path / "run")["stopped"] == "reached train.max_steps=20"
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_run_the_time_cap_stopped_finishes_as_the_model_its_config_names(tmp_path, tiny, monkeypatch):
+    """The schedule follows the step, never the clock: a slow machine (10 s an update) that the cap
+    stops at step 3, resumed without the cap, makes the learning rates, losses and weights of a run
+    never capped."""
+    sets = tiny + ["train.schedule=linear", "train.max_steps=8", "train.warmup_steps=2"]
+    config = lambda minutes: load_config(ROOT / "configs/toy.yaml", sets + [f"train.max_minutes={minutes}"])  # noqa: E731
+    assert train(config(0), tmp_path / "whole")["step"] == 8
+    now = [0.0]
+    monkeypatch.setattr(mt.train, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    real = mt.train.train_step
+
+    def slow_step(*args, **kwargs):
+        now[0] += 10.0
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mt.train, "train_step", slow_step)
+    assert train(config(0.5), tmp_path / "slow")["step"] == 3
+    assert train(config(0), tmp_path / "slow")["step"] == 8
+    curve = lambda run: [(r["step"], r["lr"], r["loss"]) for r in metrics(run) if "loss" in r]  # noqa: E731
+    assert curve(tmp_path / "whole") == curve(tmp_path / "slow")
+    assert curve(tmp_path / "slow")[-1][1] == 0.0  # the linear decay ends with the budget
+    a, b = weights(tmp_path / "whole" / "last.pt"), weights(tmp_path / "slow" / "last.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def scripted_validations(losses):
+    """A stand-in for mt.train's validate that returns these val losses in turn (BLEU 10 throughout)."""
+    losses = iter(losses)
+
+    def scripted(model, val, tokenizer, cfg, device):
+        loss = next(losses)
+        return {
+            "val_loss": loss,
+            "val_nll": loss,
+            "val_ppl": 2.7,
+            "val_bleu": 10.0,
+            "val_chrf": 50.0,
+            "valid_beam": 1,
+            "bleu_signature": "scripted",
+        }
+
+    return scripted
+
+
+def test_val_loss_above_its_lowest_for_three_validations_is_called_overfitting(
+    tmp_path, tiny, monkeypatch, caplog
+):
+    # validations at steps 2, 4, ..., 14: 2.1 stays above 2.0 once, then 1.9 at step 8 is the lowest and the
+    # three after it stay above: one warning, at step 14
+    monkeypatch.setattr(mt.train, "validate", scripted_validations([3.0, 2.0, 2.1, 1.9, 2.2, 2.3, 2.4]))
+    train(
+        load_config(ROOT / "configs/toy.yaml", tiny + ["train.valid_every=2", "train.max_steps=14"]),
+        tmp_path / "run",
+    )
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        "val loss 2.400 has stayed above its lowest, 1.900 at step 8, for 3 validations (6 updates): the "
+        "model is overfitting the training pairs; more regularisation (model.dropout) or a smaller budget "
+        "(train.max_steps) would do better"
+    ]
+
+
 def test_patience_stops_after_validations_without_a_bleu_gain(tmp_path, tiny, monkeypatch):
     bleu = iter([10.0, 12.0, 11.0, 12.0, 9.0, 30.0])  # validations at steps 2, 4, 6, 8, 10, 12
 

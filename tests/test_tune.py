@@ -1,0 +1,118 @@
+"""mt/tune.py: `mt tune` and the end of `mt train` choose the beam and length penalty on val, write them
+into the run (config.yaml's decode section, the card's `tuning`), and every way of opening the run
+translates with them unless told otherwise."""
+
+import json
+
+import pytest
+import sacrebleu
+import yaml
+
+from mt.cli import main
+from mt.config import read_saved_config
+from mt.data import load_split
+from mt.errors import ConfigError
+from mt.translator import Translator
+from mt.tune import best_setting, make_grid, tune, tuned_setting
+from conftest import ROOT, sets
+
+
+def test_the_grid_tries_greedy_once_and_every_penalty_with_each_wider_beam():
+    assert make_grid((1, 3), (0.6, 2.0)) == [(1, 1.0), (3, 0.6), (3, 2.0)]
+    assert make_grid((5, 2), (1.0,)) == [(2, 1.0), (5, 1.0)]
+
+
+def test_the_best_setting_is_the_highest_bleu_and_on_a_tie_the_cheaper_one():
+    row = lambda beam, alpha, bleu: {"beam": beam, "length_penalty": alpha, "bleu": bleu}  # noqa: E731
+    assert best_setting([row(1, 1.0, 30.0), row(5, 2.0, 31.5), row(3, 1.0, 31.0)]) == row(5, 2.0, 31.5)
+    assert best_setting([row(5, 1.0, 31.0), row(3, 2.0, 31.0), row(3, 1.5, 31.0)]) == row(3, 1.5, 31.0)
+
+
+def test_tune_scores_each_setting_as_sacrebleu_does_and_the_run_then_decodes_with_the_best(run):
+    grid = make_grid((2, 3), (0.5, 3.0))  # no greedy: whatever wins differs from the defaults
+    tuning = tune(run, device="cpu", grid=grid)
+    assert [(t["beam"], t["length_penalty"]) for t in tuning["tried"]] == grid
+    src, ref = load_split(read_saved_config(run / "config.yaml").data, "val")
+    plain = Translator.from_run(run, device="cpu")
+    for tried in tuning["tried"]:
+        hyps = plain.translate(src, beam=tried["beam"], length_penalty=tried["length_penalty"])
+        bleu = sacrebleu.corpus_bleu(hyps, [ref])
+        assert tried["bleu"] == round(bleu.score, 2)
+        assert tried["length_ratio"] == round(bleu.sys_len / bleu.ref_len, 4)
+    chosen = tuning["chosen"]
+    assert chosen == best_setting(tuning["tried"]) and chosen["beam"] > 1
+    decode = yaml.safe_load((run / "config.yaml").read_text())["decode"]
+    assert (decode["beam"], decode["length_penalty"]) == (chosen["beam"], chosen["length_penalty"])
+    assert json.loads((run / "card.json").read_text())["tuning"]["chosen"] == chosen
+    opened = Translator.from_run(run, device="cpu")
+    assert (opened.decode.beam, opened.decode.length_penalty) == (chosen["beam"], chosen["length_penalty"])
+    assert Translator.from_run(run, device="cpu", beam=1).decode.beam == 1  # a keyword still wins
+    assert tuned_setting(run, run / "best.pt") == chosen
+
+
+def test_a_flag_wins_over_the_tuned_setting_on_the_command_line(run, capsys):
+    tune(run, device="cpu", grid=make_grid((4,), (2.0,)))
+    assert main(["evaluate", "--run", str(run), "--device", "cpu", "--split", "val"]) == 0
+    assert main(["evaluate", "--run", str(run), "--device", "cpu", "--split", "val", "--beam", "1"]) == 0
+    results = json.loads((run / "card.json").read_text())["results"]
+    assert results["val-beam4-lp2"]["beam"] == 4 and results["val"]["beam"] == 1
+    # the run's own decoding is also val-tuned, which `mt report --setting val-tuned` compares across runs
+    assert results["val-tuned"] == results["val-beam4-lp2"]
+
+
+def train_args(run, tiny, *extra) -> list[str]:
+    overrides = tiny + ["train.max_steps=4", "train.tune=true", *extra]
+    return ["train", str(ROOT / "configs/toy.yaml"), "--run-dir", str(run), *sets(overrides)]
+
+
+def test_mt_train_tunes_at_its_end_once(tiny, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(train_args(run, tiny)) == 0
+    card = json.loads((run / "card.json").read_text())
+    assert len(card["tuning"]["tried"]) == len(make_grid()) and card["tuning"]["checkpoint"] == "best.pt"
+    assert "the run now translates with them unless told otherwise" in capsys.readouterr().err
+    assert main(train_args(run, tiny)) == 0  # already finished, and tuned for this best.pt: not again
+    assert "best of" not in capsys.readouterr().err
+    assert json.loads((run / "card.json").read_text())["tuning"] == card["tuning"]
+
+
+def test_a_resumed_training_leaves_the_run_tuned(tiny, tmp_path):
+    """Resuming writes the config's decode section (beam 4, which the grid never chooses) into
+    config.yaml; training's end tunes again, whether best.pt changed or not."""
+    run = tmp_path / "run"
+    config_decoding = ["decode.beam=4", "decode.length_penalty=0.3"]
+    assert main(train_args(run, tiny, *config_decoding)) == 0
+    assert main(train_args(run, tiny, *config_decoding, "train.max_steps=8")) == 0
+    tuning = json.loads((run / "card.json").read_text())["tuning"]
+    decode = yaml.safe_load((run / "config.yaml").read_text())["decode"]
+    chosen = tuning["chosen"]
+    assert (decode["beam"], decode["length_penalty"]) == (chosen["beam"], chosen["length_penalty"])
+    assert tuned_setting(run, run / "best.pt") == chosen
+
+
+def test_a_run_that_samples_is_not_tuned(run):
+    text = (run / "config.yaml").read_text().replace("sample: ''", "sample: topk:5")
+    (run / "config.yaml").write_text(text)
+    with pytest.raises(ConfigError, match="decode.sample is 'topk:5': the run samples instead of searching"):
+        tune(run, device="cpu", grid=make_grid((2,), (1.0,)))
+
+
+def test_tuning_keeps_a_configs_n_best_within_the_chosen_beam(run):
+    text = (run / "config.yaml").read_text().replace("beam: 1", "beam: 5").replace("n_best: 1", "n_best: 5")
+    (run / "config.yaml").write_text(text)
+    chosen = tune(run, device="cpu", grid=make_grid((2,), (1.0,)))["chosen"]
+    assert chosen["beam"] == 2
+    assert Translator.from_run(run, device="cpu").decode.n_best == 2
+
+
+def test_tune_false_leaves_the_configs_decoding(tiny, tmp_path):
+    run = tmp_path / "run"
+    assert main(train_args(run, tiny, "train.tune=false", "decode.beam=2")) == 0
+    assert "tuning" not in json.loads((run / "card.json").read_text())
+    assert Translator.from_run(run, device="cpu").decode.beam == 2
+
+
+def test_a_damaged_config_yaml_is_named_when_the_run_opens(run):
+    (run / "config.yaml").write_text("decode: [", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"config.yaml: line 1 is not valid YAML"):
+        Translator.from_run(run, device="cpu")
