@@ -81,11 +81,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _tune_at_the_end(run_dir: Path, device: str) -> None:
     """train.tune: choose the beam and length penalty on val, unless the run holds them for best.pt."""
-    from mt.rundir import checkpoint_path
-    from mt.tune import tune, tuned_setting
+    from mt.tune import tune_unless_tuned
 
-    if tuned_setting(run_dir, checkpoint_path(run_dir)) is None:
-        _print_tuning(run_dir, tune(run_dir, device=device))
+    tuning = tune_unless_tuned(run_dir, device)
+    if tuning:
+        _print_tuning(run_dir, tuning)
 
 
 def _decoding_flags(args: argparse.Namespace) -> dict:

@@ -25,6 +25,7 @@ from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, DecodeConfig, de
 from mt.errors import ConfigError
 from mt.files import file_sha256
 from mt.metrics import corpus_scores
+from mt.rundir import checkpoint_path
 from mt.translator import Translator
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def tune(run: str | Path, checkpoint: str = "best", device: str = "auto", grid: 
     src, ref = load_split(translator.config.data, "val")
     tried = try_settings(translator, src, ref, grid)
     chosen = best_setting(tried)
-    save_config(dataclasses.replace(saved, decode=with_setting(saved.decode, chosen)), config_path)
+    write_choice(run, chosen)
     tuning = {
         "split": "val",
         "checkpoint": translator.checkpoint.name,
@@ -119,15 +120,39 @@ def tune(run: str | Path, checkpoint: str = "best", device: str = "auto", grid: 
     return tuning
 
 
-def tuned_setting(run: Path, checkpoint: Path) -> dict | None:
-    """The card's chosen setting where it holds: tuned on this very checkpoint file (same sha256) and
-    still in DIR/config.yaml's decode section (a resumed training writes its config's there); else
-    None."""
+def write_choice(run: Path, chosen: dict) -> None:
+    """The chosen beam and length penalty into DIR/config.yaml's decode section."""
+    saved = read_saved_config(run / "config.yaml")
+    save_config(dataclasses.replace(saved, decode=with_setting(saved.decode, chosen)), run / "config.yaml")
+
+
+def card_tuning(run: Path, checkpoint: Path) -> dict | None:
+    """The card's `tuning` where it was done on this very checkpoint file (same sha256), else None."""
     tuning = read_card(run).get("tuning")
     if not tuning or not checkpoint.exists() or tuning["checkpoint_sha256"] != file_sha256(checkpoint):
         return None
+    return tuning
+
+
+def tuned_setting(run: Path, checkpoint: Path) -> dict | None:
+    """The card's chosen setting where it holds: tuned on this very checkpoint file and still in
+    DIR/config.yaml's decode section (a resumed training writes its config's there); else None."""
+    tuning = card_tuning(run, checkpoint)
     decode = read_saved_config(run / "config.yaml").decode
-    chosen = tuning["chosen"]
-    return (
-        chosen if (decode.beam, decode.length_penalty) == (chosen["beam"], chosen["length_penalty"]) else None
-    )
+    chosen = tuning and tuning["chosen"]
+    same = chosen and (decode.beam, decode.length_penalty) == (chosen["beam"], chosen["length_penalty"])
+    return chosen if same else None
+
+
+def tune_unless_tuned(run: Path, device: str = "auto") -> dict | None:
+    """What `mt train` does at its end (train.tune): tune best.pt, unless the card holds a choice for
+    this very file; then that choice is written back into config.yaml, where a resumed training put
+    its config's decode section. Returns the new tuning, or None where none was needed."""
+    best = checkpoint_path(run)
+    tuning = card_tuning(run, best)
+    if tuning is None:
+        return tune(run, device=device)
+    if tuned_setting(run, best) is None:
+        write_choice(run, tuning["chosen"])
+        log.info("tune: %s was tuned already: its beam and length penalty written back to config.yaml", best)
+    return None

@@ -31,8 +31,7 @@ def step_of(path: Path) -> int:
     return torch.load(path, weights_only=True)["progress"]["step"]
 
 
-@pytest.fixture
-def ten_seconds_an_update(monkeypatch):
+def slow_clock(monkeypatch) -> None:
     """A fake clock for mt.train that advances 10 s in every update and stands still otherwise."""
     now = [1000.0]
     monkeypatch.setattr(mt.train, "time", SimpleNamespace(perf_counter=lambda: now[0]))
@@ -43,6 +42,11 @@ def ten_seconds_an_update(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(mt.train, "train_step", slow_step)
+
+
+@pytest.fixture
+def ten_seconds_an_update(monkeypatch):
+    slow_clock(monkeypatch)
 
 
 def test_max_minutes_stops_at_the_first_update_past_the_budget_and_counts_across_restarts(
@@ -91,15 +95,7 @@ def test_a_run_the_time_cap_stopped_finishes_as_the_model_its_config_names(tmp_p
     sets = tiny + ["train.schedule=linear", "train.max_steps=8", "train.warmup_steps=2"]
     config = lambda minutes: load_config(ROOT / "configs/toy.yaml", sets + [f"train.max_minutes={minutes}"])  # noqa: E731
     assert train(config(0), tmp_path / "whole")["step"] == 8
-    now = [0.0]
-    monkeypatch.setattr(mt.train, "time", SimpleNamespace(perf_counter=lambda: now[0]))
-    real = mt.train.train_step
-
-    def slow_step(*args, **kwargs):
-        now[0] += 10.0
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(mt.train, "train_step", slow_step)
+    slow_clock(monkeypatch)
     assert train(config(0.5), tmp_path / "slow")["step"] == 3
     assert train(config(0), tmp_path / "slow")["step"] == 8
     curve = lambda run: [(r["step"], r["lr"], r["loss"]) for r in metrics(run) if "loss" in r]  # noqa: E731
