@@ -87,13 +87,12 @@ def tune(run: str | Path, checkpoint: str = "best", device: str = "auto", grid: 
     search."""
     run = Path(run)
     config_path = run / "config.yaml"
-    saved = read_saved_config(config_path)
-    if saved.decode.sample:
-        raise ConfigError(
-            f"{config_path}: decode.sample is {saved.decode.sample!r}: the run samples instead of searching, "
-            f'so there is no beam to tune; set decode.sample to "" first'
-        )
     translator = Translator.from_run(run, checkpoint, device=device, engine="torch")
+    if translator.decode.sample:
+        raise ConfigError(
+            f"{config_path}: decode.sample is {translator.decode.sample!r}: the run samples instead of "
+            f'searching, so there is no beam to tune; set decode.sample to "" first'
+        )
     src, ref = load_split(translator.config.data, "val")
     tried = try_settings(translator, src, ref, grid)
     chosen = best_setting(tried)

@@ -116,3 +116,17 @@ def test_a_damaged_config_yaml_is_named_when_the_run_opens(run):
     (run / "config.yaml").write_text("decode: [", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"config.yaml: line 1 is not valid YAML"):
         Translator.from_run(run, device="cpu")
+
+
+def test_mt_tune_on_the_command_line(run, capsys):
+    args = ["tune", "--run", str(run), "--device", "cpu", "--beams", "2", "--length-penalties", "0.5", "1.5"]
+    assert main(args) == 0
+    tuning = json.loads((run / "card.json").read_text())["tuning"]
+    assert [(t["beam"], t["length_penalty"]) for t in tuning["tried"]] == [(2, 0.5), (2, 1.5)]
+    c = tuning["chosen"]
+    assert capsys.readouterr().err.endswith(
+        f"{run}: beam 2, length penalty {c['length_penalty']:g} (val BLEU {c['bleu']:.2f}, length ratio "
+        f"{c['length_ratio']:.3f}; best of 2 tried); the run now translates with them unless told otherwise\n"
+    )
+    assert main(["tune", "--run", str(run / "missing")]) == 2
+    assert capsys.readouterr().err == f"mt: error: {run / 'missing'}: run directory not found\n"
