@@ -13,9 +13,9 @@ import torch
 from torch import Tensor
 
 from mt.batching import make_batch, source_batch
-from mt.decode_config import DecodeConfig
 from mt.data import normalize
 from mt.decode import search
+from mt.decode_config import DecodeConfig
 from mt.files import write_figure
 from mt.model import Seq2Seq, decoder_self_mask
 from mt.tokenizer import PAD, Tokenizer

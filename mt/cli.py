@@ -36,7 +36,7 @@ def _rank() -> int:
 def _setup_logging() -> None:
     """INFO to stderr; under torchrun only rank 0 logs INFO. (Training adds DIR/train.log itself, once
     the run directory may be written.)"""
-    from mt.rundir import LOG_FORMAT
+    from mt.run.folder import LOG_FORMAT
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(LOG_FORMAT)
@@ -236,7 +236,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    from mt.checkpoint import write_average
+    from mt.run.checkpoint import write_average
 
     _setup_logging()
     if not Path(args.run).is_dir():

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
+from mt.decode_config import DecodeConfig, decoding
 from mt.errors import ConfigError
 from mt.files import write_text
-from mt.decode_config import DecodeConfig, decoding
 from mt.schema import Mismatch, build, choice, within
 
 
@@ -37,14 +37,14 @@ class CleanConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    # toy (mt.toy) and synthetic (mt.synthetic: WMT-shaped, for GPU-sized benchmarks) are generated;
+    # toy and synthetic (mt.generated: the latter WMT-shaped, for GPU-sized benchmarks) are generated;
     corpus: str = choice("multi30k", "multi30k", "toy", "files", "synthetic")
     # multi30k: folder holding multi30k/ ("" = $MT_DATA_DIR, else download into data/);
     # files: folder holding {train,val,test}.{src_lang,tgt_lang}, plain or .gz
     dir: str = ""
     src_lang: str = "de"  # multi30k, toy and synthetic: de or en; files: the files' suffix
     tgt_lang: str = "en"
-    synthetic_pairs: int = within(300_000, 1)  # synthetic: training pairs generated (mt.synthetic)
+    synthetic_pairs: int = within(300_000, 1)  # synthetic: training pairs generated (mt.generated.synthetic)
     max_len: int = within(100, 1)  # training pairs with more pieces on either side are dropped
     # training only (subword regularisation): each BPE merge skipped with this probability; the pairs are
     # binarized bpe_views times so sampled, and epoch e trains on view e mod bpe_views. 0 = off
@@ -201,7 +201,7 @@ def check_precision(precision: str, device_type: str) -> None:
 
 
 def _check_lineage(t: TrainConfig, tokenizer: TokenizerConfig) -> None:
-    """train.freeze names parts of a model that starts from another run's (mt.parent)."""
+    """train.freeze names parts of a model that starts from another run's (mt.run.parent)."""
     for part in t.freeze:
         if part not in FREEZABLE:
             raise ConfigError(f"train.freeze: {part!r} is not one of {', '.join(FREEZABLE)}")

@@ -28,9 +28,9 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from mt.config import DataConfig, RunConfig
-from mt.errors import DataError
 from mt.batching import Pairs
+from mt.clean import Cleaner, cleaning_identity
+from mt.config import DataConfig, RunConfig
 from mt.data import (
     TextSource,
     count_lines,
@@ -41,7 +41,7 @@ from mt.data import (
     source_lines,
     training_sources,
 )
-from mt.clean import Cleaner, cleaning_identity
+from mt.errors import DataError
 from mt.files import file_sha256, write_failure, write_text
 from mt.tokenizer import Tokenizer, train_tokenizer
 

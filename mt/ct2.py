@@ -34,8 +34,8 @@ from pathlib import Path
 import torch
 
 from mt.config import ModelConfig
-from mt.decode_config import DecodeConfig
 from mt.decode import Hypothesis
+from mt.decode_config import DecodeConfig
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_failure
 from mt.model import Seq2Seq

@@ -17,12 +17,11 @@ import zlib
 from pathlib import Path
 from typing import Iterator, Union
 
-
 from mt.config import DataConfig
 from mt.errors import DataError
 from mt.files import file_sha256, write_bytes, write_failure
-from mt.synthetic import generated_corpus
-from mt.toy import toy_corpus
+from mt.generated.synthetic import generated_corpus
+from mt.generated.toy import toy_corpus
 
 log = logging.getLogger(__name__)
 

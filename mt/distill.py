@@ -7,7 +7,7 @@ teacher's translations), and the teacher's val and test files copied beside them
 and is tested on the real references). Its name is the teacher's checkpoint sha256 (and its
 ensemble's) with the decoding settings, so the same teacher and settings find it again; teacher.json,
 written last, says what made it, with the sha256 of each file, and checks it on reuse (the student's
-card records it as `teacher`: mt.parent). Translation goes in chunks appended to train.TGT.partial,
+card records it as `teacher`: mt.run.parent). Translation goes in chunks appended to train.TGT.partial,
 each flushed to disk: a killed distillation resumes at the first line it lacks.
 
 With `references`, the training files hold the teacher's pairs and then the original pairs (each source
@@ -30,7 +30,7 @@ from mt.data import downloads_dir, load_split
 from mt.decode_config import evaluation_name
 from mt.errors import DataError
 from mt.files import file_sha256, write_failure, write_text
-from mt.parent import TEACHER
+from mt.run.parent import TEACHER
 from mt.translator import Translator
 
 CHUNK = 1000  # source lines a chunk: sorted into token-budget batches, then appended and flushed

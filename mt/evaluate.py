@@ -8,8 +8,6 @@ import hashlib
 import json
 from pathlib import Path
 
-
-from mt.card import read_card, update_card
 from mt.config import RunConfig
 from mt.data import load_split, read_parallel
 from mt.decode_config import evaluation_name
@@ -17,8 +15,9 @@ from mt.distributed import resolve_device
 from mt.files import write_text
 from mt.metrics import corpus_scores
 from mt.model import Seq2Seq, count_parameters
-from mt.provenance import code_version, config_section, hardware
-from mt.rundir import read_metrics
+from mt.run.card import read_card, update_card
+from mt.run.folder import read_metrics
+from mt.run.provenance import code_version, config_section, hardware
 from mt.translator import Translator
 from mt.tune import tuned_setting
 

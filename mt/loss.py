@@ -5,13 +5,11 @@ teacher-forced loss of a batch.
 
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor
 
 from mt.batching import Batch
 from mt.tokenizer import PAD
-
 
 CHUNK = 2**28  # logits at a time in fp32 when they come in bf16 or fp16 (1 GiB)
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from sacrebleu.significance import PairedTest
 
-from mt.card import read_card
 from mt.config import config_to_dict, flatten, read_saved_config
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_figure, write_text
 from mt.metrics import HEADLINE, METRICS
-from mt.rundir import read_metrics
+from mt.run.card import read_card
+from mt.run.folder import read_metrics
 
 P_THRESHOLD = 0.05
 BOOTSTRAP_SAMPLES = 1000

@@ -1,5 +1,5 @@
 """Typed dataclasses checked against parsed YAML or JSON: the one validator for the config (mt.config)
-and for every record a run directory holds (mt.records).
+and for every record a run directory holds (mt.run.records).
 
 A field's annotation is the type of its value: int, float (an int is taken), str, bool, dict, list, a
 class such as torch.Tensor, a dataclass (a nested mapping, checked the same way), `dict[str, X]` (every

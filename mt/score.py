@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 
 from mt.batching import make_batch, token_batches
-from mt.decode_config import DecodeConfig
 from mt.decode import length_penalty
+from mt.decode_config import DecodeConfig
 from mt.errors import DataError
 from mt.model import Seq2Seq
 from mt.tokenizer import Tokenizer

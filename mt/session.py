@@ -15,18 +15,19 @@ from typing import Callable
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from mt import checkpoint, corpus, distributed, rundir
-from mt.card import read_card, update_card
-from mt.checkpoint import RESUMABLE_KEYS, load_checkpoint, set_rng_state, stored_config
-from mt.provenance import code_version, config_section, hardware
-from mt.config import RunConfig, TrainConfig, check_precision, config_differences, config_to_dict
-from mt.errors import ConfigError, RunDirError, WriteError
+from mt import corpus, distributed
 from mt.batching import BatchStream, Pairs
+from mt.config import RunConfig, TrainConfig, check_precision, config_differences, config_to_dict
 from mt.data import load_split
+from mt.errors import ConfigError, RunDirError, WriteError
 from mt.model import Seq2Seq, count_parameters
-from mt.parent import Parent, parent_of, shared_tokenizer, teacher_of
-from mt.records import RESUME_KEYS, Progress, progress_of
-from mt.rundir import MetricsLog, read_metrics, run_tokenizer
+from mt.run import checkpoint, folder
+from mt.run.card import read_card, update_card
+from mt.run.checkpoint import RESUMABLE_KEYS, load_checkpoint, set_rng_state, stored_config
+from mt.run.folder import MetricsLog, read_metrics, run_tokenizer
+from mt.run.parent import Parent, parent_of, shared_tokenizer, teacher_of
+from mt.run.provenance import code_version, config_section, hardware
+from mt.run.records import RESUME_KEYS, Progress, progress_of
 from mt.tokenizer import Tokenizer
 from mt.validation import Validation, make_validation
 
@@ -171,9 +172,9 @@ def setup(
     cleanup: contextlib.ExitStack,
 ) -> Session:
     """Build everything the loop needs, starting fresh or from `resumed` (`resume_checkpoint`).
-    Every check on user input runs before the first write to run_dir (rundir.open_run_dir); `cleanup`
+    Every check on user input runs before the first write to run_dir (folder.open_run_dir); `cleanup`
     closes the files."""
-    start_log = cleanup.enter_context(rundir.run_log(logging.getLogger("mt"), ranks.main))
+    start_log = cleanup.enter_context(folder.run_log(logging.getLogger("mt"), ranks.main))
     log.info("run directory %s", run_dir)
     device = start_device(cfg, ranks)
     val_lines = load_split(cfg.data, "val") if ranks.main else None
@@ -187,7 +188,7 @@ def setup(
     model, optimizer, scaler, progress = learner(cfg, tokenizer.vocab_size, device, resumed, parent, ranks)
     metrics = cleaning = None
     if ranks.main:  # the first write: the lock, then the run's files
-        step, board = (progress.step if resumed else None), rundir.tensorboard_writer(cfg.train)
+        step, board = (progress.step if resumed else None), folder.tensorboard_writer(cfg.train)
         metrics, cleaning = first_writes(
             cfg, run_dir, tokenizer, step, force_new, board, start_log, cleanup, folders[0]
         )
@@ -225,10 +226,10 @@ def first_writes(
     cleanup: contextlib.ExitStack,
     corpus_folder: Path,
 ) -> tuple[MetricsLog, dict]:
-    """Rank 0's writes once every check has passed: the lock, the run's files (rundir.open_run_dir) and
+    """Rank 0's writes once every check has passed: the lock, the run's files (folder.open_run_dir) and
     the list of the training pairs data.clean removed; the metrics log and the cleaning report."""
-    cleanup.enter_context(rundir.locked(run_dir))
-    metrics = rundir.open_run_dir(run_dir, cfg, tokenizer, resume_step, force_new, start_log, board)
+    cleanup.enter_context(folder.locked(run_dir))
+    metrics = folder.open_run_dir(run_dir, cfg, tokenizer, resume_step, force_new, start_log, board)
     cleanup.callback(metrics.close)
     return metrics, corpus.cleaning_report(corpus_folder, run_dir / "removed-pairs.tsv")
 

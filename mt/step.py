@@ -11,8 +11,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from mt import distributed
-from mt.config import TrainConfig
 from mt.batching import Batch
+from mt.config import TrainConfig
 from mt.distributed import autocast
 from mt.loss import batch_loss
 

@@ -1,7 +1,7 @@
 """Training: `train`, whose loop reads top to bottom: batch -> step -> log -> validate -> save -> stop
 (the update itself is mt.step's `train_step`; setting up and finishing a run, mt.session's).
 
-`train(cfg, run_dir)` writes everything a run needs into `run_dir` (see mt.rundir for the files). It
+`train(cfg, run_dir)` writes everything a run needs into `run_dir` (see mt.run.folder for the files). It
 checks every input first (config, corpus, tokenizer, the checkpoint to resume) and writes nothing
 until all of it has passed. Resume is exact: re-running the same command continues from last.pt with
 the same parameters, batches and random numbers as an uninterrupted run. Ctrl-C and SIGTERM finish
@@ -24,14 +24,14 @@ from pathlib import Path
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from mt import checkpoint, distributed
+from mt import distributed
 from mt.config import RunConfig, TrainConfig
-from mt.records import Progress, Window, progress_of
-from mt.rundir import read_metrics
+from mt.run import checkpoint
+from mt.run.folder import read_metrics
+from mt.run.records import Progress, Window, progress_of
 from mt.session import Session, best_so_far, finish, resume_checkpoint, save, setup, summary, write_metrics
 from mt.step import StepStats, learning_rate, train_step
 from mt.validation import validate
-
 
 log = logging.getLogger(__name__)
 

@@ -3,26 +3,35 @@
 Translation sorts lines by length into token-budget batches and restores the input order, so the
 output has exactly one line per input line (empty input -> empty output). Validation translates with
 these functions and the Python API (mt.translator) does for every command; none of them reads or
-writes files. Either engine searches: the torch model (mt.decode) or CTranslate2 (mt.ct2).
+writes files. Either engine searches: the torch model (mt.decode) or an `Engine` that takes every
+batch at once (CTranslate2, mt.ct2); mt.translator chooses which.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 import torch
 
-from mt.decode_config import DecodeConfig
-from mt.data import normalize
 from mt.batching import source_batch, token_batches
+from mt.data import normalize
 from mt.decode import Hypothesis, search
-from mt.ct2 import Ct2Model
+from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.tokenizer import PAD, Tokenizer
 
 log = logging.getLogger(__name__)
+
+
+class Engine(Protocol):
+    """A searcher other than the torch model (mt.ct2.Ct2Model): it answers as `decode.search` does,
+    for all of a call's batches at once, and keeps the model's `cfg`, `training`, `eval` and `train`."""
+
+    def search_groups(
+        self, batches: list[tuple[list[list[int]], list[list[int]]]], cfg: DecodeConfig
+    ) -> list[list[list[Hypothesis]]]: ...
 
 
 def split_pieces(ids: list[int], limit: int, starts_word: Callable[[int], bool]) -> list[list[int]]:
@@ -64,7 +73,7 @@ def source_parts(tokenizer: Tokenizer, lines: list[str], limit: int) -> tuple[li
 
 
 def search_lines(
-    model: Seq2Seq | Ct2Model,
+    model: Seq2Seq | Engine,
     tokenizer: Tokenizer,
     lines: list[str],
     cfg: DecodeConfig,
@@ -130,7 +139,7 @@ def _draws(model, tokenizer, lines, cfg, *args) -> list[list[Hypothesis]]:
 
 
 def _search_groups(
-    model: Seq2Seq | Ct2Model,
+    model: Seq2Seq | Engine,
     batches: list[tuple[list[list[int]], list[list[int]], list[int]]],
     cfg: DecodeConfig,
     device,
@@ -138,7 +147,7 @@ def _search_groups(
 ) -> Iterator[list[list[Hypothesis]]]:
     """Batches of (sources, forced target prefixes, sampling seeds), piece ids, searched by either
     engine; CTranslate2 gets them all at once."""
-    if isinstance(model, Ct2Model):
+    if hasattr(model, "search_groups"):  # an Engine
         yield from model.search_groups([(parts, prefixes) for parts, prefixes, _ in batches], cfg)
         return
     for parts, prefixes, seeds in batches:

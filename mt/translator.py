@@ -35,7 +35,7 @@ from mt.distributed import resolve_device
 from mt.errors import ConfigError, RunDirError
 from mt.files import file_sha256
 from mt.model import Seq2Seq
-from mt.rundir import checkpoint_path, load_run
+from mt.run.folder import checkpoint_path, load_run
 from mt.score import Scored, score_lines
 from mt.sentences import join_lines, split_lines, splitter
 from mt.tokenizer import Tokenizer
@@ -86,7 +86,7 @@ class Translator:
         spelling: Spelling = KEYWORD,
         **options: Any,
     ) -> Translator:
-        """Open `run` at `checkpoint` (best, last, averaged or a file: `rundir.checkpoint_path`).
+        """Open `run` at `checkpoint` (best, last, averaged or a file: `mt.run.folder.checkpoint_path`).
 
         engine: torch or ctranslate2 (the run's `mt export`); None: the run's decode.engine (torch
         unless its config says otherwise). device: auto, cpu or cuda. ensemble: other runs whose same

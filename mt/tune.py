@@ -18,14 +18,14 @@ import logging
 import time
 from pathlib import Path
 
-from mt.card import read_card, update_card
 from mt.config import read_saved_config, save_config
 from mt.data import load_split
 from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, DecodeConfig, decoding
 from mt.errors import ConfigError
 from mt.files import file_sha256
 from mt.metrics import corpus_scores
-from mt.rundir import checkpoint_path
+from mt.run.card import read_card, update_card
+from mt.run.folder import checkpoint_path
 from mt.translator import Translator
 
 log = logging.getLogger(__name__)

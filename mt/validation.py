@@ -10,14 +10,14 @@ from dataclasses import dataclass
 
 import torch
 
+from mt.batching import Batch, make_batch, token_batches
 from mt.config import RunConfig
 from mt.decode_config import DecodeConfig
-from mt.batching import Batch, make_batch, token_batches
 from mt.distributed import autocast
 from mt.loss import batch_loss
+from mt.metrics import HEADLINE, corpus_scores
 from mt.model import Seq2Seq
 from mt.tokenizer import Tokenizer
-from mt.metrics import HEADLINE, corpus_scores
 from mt.translate import translate_lines
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from mt.data import load_split
 from mt.ct2 import Ct2Model
+from mt.data import load_split
 from mt.metrics import corpus_scores
 from mt.translate import search_lines
 from mt.translator import Translator

@@ -33,8 +33,8 @@ import threading
 import time
 from pathlib import Path
 
-from mt.data import load_split
 from mt.config import read_saved_config
+from mt.data import load_split
 from mt.translator import Translator
 
 

@@ -22,7 +22,7 @@ aten ops and casts of one update and (CUDA) the share of an update's wall time t
 
 Precisions default to those the device runs natively (an emulated one measures the emulation). A
 corpus: synthetic config (configs/base.yaml) needs no download and no tokenizer: its ids are drawn by
-mt.synthetic.piece_pairs.
+mt.generated.synthetic.piece_pairs.
 """
 
 from __future__ import annotations
@@ -42,10 +42,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # mt from this checkout, installed or not
 
-from mt import corpus, synthetic  # noqa: E402
+from mt import corpus  # noqa: E402
 from mt.batching import BatchStream, Pairs, epoch_plan  # noqa: E402
 from mt.config import ModelConfig, load_config  # noqa: E402
 from mt.distributed import native_precisions, resolve_device, set_precision  # noqa: E402
+from mt.generated import synthetic  # noqa: E402
 from mt.model import Seq2Seq  # noqa: E402
 from mt.step import inverse_sqrt_lr, train_step  # noqa: E402
 
@@ -170,7 +171,8 @@ def profile(step, pairs: Pairs, stream: BatchStream, device: torch.device) -> di
         step(batches[:1])
     found = {"aten_ops": sum(counted.ops.values()), "casts": counted.ops.get("aten._to_copy", 0)}
     if device.type == "cuda":
-        from torch.profiler import ProfilerActivity, profile as torch_profile
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
 
         with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             start = time.perf_counter()

@@ -30,7 +30,7 @@ from fuzzing import DAMAGE, READERS, damage, make_workspace  # noqa: E402
 
 def small_corpus(folder: Path) -> Path:
     """The tests' small corpus: the first 400/40/40 toy pairs as a `files` corpus."""
-    from mt.toy import toy_corpus
+    from mt.generated.toy import toy_corpus
 
     toy = toy_corpus()
     folder.mkdir(parents=True)

@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT))  # mt from this checkout, installed or not (the GP
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench_train import table as bench_table  # noqa: E402
-from mt.card import read_card  # noqa: E402
+
+from mt.run.card import read_card  # noqa: E402
 
 PARTS = ["env", "gpu-tests", "bench", "train", "resume", "cpu-suite"]
 CONFIGS = ["configs/base.yaml", "configs/multi30k.yaml", "configs/multi30k-gpu.yaml"]
@@ -113,8 +114,9 @@ def json_lines(text: str) -> list[dict]:
 
 def part_env(kit: Kit) -> dict:
     import torch
-    from mt.provenance import cpu_name
+
     from mt.distributed import native_precisions, resolve_device
+    from mt.run.provenance import cpu_name
 
     device = resolve_device(kit.args.device)
     found = {

@@ -16,19 +16,19 @@ from pathlib import Path
 import pytest
 import torch
 
+from mt.batching import BatchStream, Pairs
 from mt.cli import main
 from mt.config import ModelConfig, TrainConfig, load_config
-from mt.serving.limits import ServeLimits
-from mt.batching import BatchStream, Pairs
 from mt.evaluate import evaluate_run
+from mt.generated.toy import toy_corpus
 from mt.model import Seq2Seq
-from mt.rundir import load_run
-from mt.tokenizer import train_tokenizer
-from mt.toy import toy_corpus
+from mt.run.folder import load_run
+from mt.serving.limits import ServeLimits
+from mt.serving.worker import Worker
 from mt.step import inverse_sqrt_lr, train_step
+from mt.tokenizer import train_tokenizer
 from mt.train import train
 from mt.translate import translate_nbest
-from mt.serving.worker import Worker
 from mt.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -311,6 +311,7 @@ def best_checkpoint(ws: Workspace, data: bytes) -> Outcome:
 def last_checkpoint(ws: Workspace, data: bytes) -> Outcome:
     """Resuming from a damaged last.pt: the checks of `mt train` on a run directory, then the restore."""
     import torch
+
     from mt.config import read_saved_config
     from mt.model import Seq2Seq
     from mt.session import restore, resume_checkpoint
@@ -496,8 +497,8 @@ def make_workspace(root: Path, corpus: Path) -> Workspace:
     set; then pin what the run measured (`pin_run`), so that the files are the same on every machine."""
     from mt.config import load_config
     from mt.evaluate import evaluate_run
-    from mt.translator import Translator
     from mt.train import train
+    from mt.translator import Translator
 
     configs = root / "configs"
     configs.mkdir(parents=True)
@@ -544,6 +545,7 @@ def pin_run(run: Path, paths: dict[str, str]) -> None:
     which field a damaged byte hits must not depend on the machine's speed, CPU, versions or paths."""
     import json
     import re
+
     import torch
     import yaml
 
@@ -670,6 +672,7 @@ def checkpoint_damages(data: bytes, deep: bool) -> list[tuple[str, bytes]]:
     its window) too. Not the tensors, nor torch's own optimizer/scaler/RNG states, nor the config's own
     keys (mt.config's validator, covered through config.yaml)."""
     import io
+
     import torch
 
     ckpt = torch.load(io.BytesIO(data), weights_only=True)

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-
 from conftest import run_main
-from mt.cli import main
+
 from mt.attention import pharaoh, piece_labels, plot_attention, word_alignments, word_starts
+from mt.cli import main
 
 
 @pytest.mark.slow

@@ -1,10 +1,9 @@
-"""mt/card.py: the run card's fields and their types, and a damaged card named and kept, never
+"""mt/run/card.py: the run card's fields and their types, and a damaged card named and kept, never
 overwritten."""
 
 import json
 
 import pytest
-
 from conftest import file_hashes, run_main
 
 

@@ -1,4 +1,4 @@
-"""mt/checkpoint.py: what a checkpoint holds (plain data only, RNG states included), loading that
+"""mt/run/checkpoint.py: what a checkpoint holds (plain data only, RNG states included), loading that
 refuses code, damage and another config's weights, and averaging the last checkpoints."""
 
 import hashlib
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import mt_cli, run_main
 
 from mt.config import RunConfig, config_to_dict, load_config
 from mt.errors import RunDirError
 from mt.model import Seq2Seq
-from mt.checkpoint import rng_state, write_average
+from mt.run.checkpoint import rng_state, write_average
 from mt.train import train
-from conftest import mt_cli, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,9 +5,9 @@ import json
 import re
 
 import pytest
+from conftest import mt_cli
 
 from mt.metrics import corpus_scores
-from conftest import mt_cli
 
 
 @pytest.mark.slow
@@ -153,7 +153,7 @@ def test_checkpoints_files_and_finished_runs(tmp_path, tiny):
     out = mt_cli("translate", "--run", str(run), stdin="Der Hund sieht die Katze.\n")
     assert out.returncode == 0 and out.stdout.count("\n") == 1
     assert (
-        f"WARNING mt.rundir: {run}/best.pt: not written yet (no validation so far); using {run}/last.pt"
+        f"WARNING mt.run.folder: {run}/best.pt: not written yet (no validation so far); using {run}/last.pt"
         in out.stderr
     )
     src, ref = tmp_path / "news.de", tmp_path / "news.en"

@@ -4,6 +4,7 @@ key, overrides, base configs, and every shipped config valid; a bad config file 
 from pathlib import Path
 
 import pytest
+from conftest import run_main
 
 from mt.config import (
     RunConfig,
@@ -15,7 +16,6 @@ from mt.config import (
     save_config,
 )
 from mt.errors import ConfigError
-from conftest import run_main
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 # the recipes, and under experiments/ the configs that reproduce a document

@@ -10,9 +10,9 @@ import torch
 
 from mt import clean, corpus
 from mt.config import CleanConfig, DataConfig
-from mt.errors import DataError
 from mt.corpus import tokenizer_sample
 from mt.data import load_split
+from mt.errors import DataError
 
 
 @pytest.fixture

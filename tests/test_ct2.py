@@ -9,11 +9,11 @@ import torch
 from conftest import TEXT_MODEL, run_main, train_on_toy
 
 from mt.batching import make_batch
-from mt.decode_config import DecodeConfig
 from mt.ct2 import Ct2Model, ctranslate2, export_model, vocabulary
+from mt.decode_config import DecodeConfig
 from mt.errors import ConfigError, RunDirError
-from mt.model import Seq2Seq
 from mt.metrics import corpus_scores
+from mt.model import Seq2Seq
 from mt.translate import search_lines, translate_lines
 
 ct2 = pytest.importorskip("ctranslate2")

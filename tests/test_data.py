@@ -10,11 +10,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import run_main, sets
 
 from mt.config import DataConfig
 from mt.data import load_split, multi30k_dir, normalize, read_lines, read_parallel, split_lines
 from mt.errors import DataError
-from conftest import run_main, sets
 
 SHARED = os.environ.get("MT_DATA_DIR", "")
 needs_multi30k = pytest.mark.skipif(

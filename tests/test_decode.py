@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from conftest import TEXT_MODEL
+
 from mt.batching import source_batch
-from mt.decode_config import COMMAND_LINE, DecodeConfig, decoding
 from mt.decode import Ensemble, Hypothesis, Sampler, beam_search, greedy_decode, length_penalty
+from mt.decode_config import COMMAND_LINE, DecodeConfig, decoding
 from mt.errors import ConfigError
 from mt.kv_cache import KVCache
 from mt.model import Seq2Seq

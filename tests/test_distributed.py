@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from mt import distributed
-from mt.errors import ConfigError
 from mt.distributed import Ranks, start
+from mt.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "ddp_driver.py"

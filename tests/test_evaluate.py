@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from mt.cli import main
-from mt.rundir import load_run
-from mt.translate import translate_lines
 from mt.evaluate import evaluate_run
+from mt.run.folder import load_run
+from mt.translate import translate_lines
 from mt.translator import Translator
 
 

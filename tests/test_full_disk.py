@@ -15,9 +15,10 @@ import sys
 import pytest
 from conftest import ROOT, file_hashes, metrics, run_main, sets
 
-from mt import files, rundir
+from mt import files
 from mt.config import load_config
 from mt.errors import WriteError
+from mt.run import folder
 from mt.train import train
 
 TOO_LARGE = (
@@ -162,10 +163,10 @@ def test_a_log_line_that_cannot_be_written_stops_training(tiny, tmp_path, monkey
     run_dir = tmp_path / "run"
     cfg = load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=8"])
     if writer == "metrics.jsonl":
-        monkeypatch.setattr(rundir, "open", failing_after(1), raising=False)
+        monkeypatch.setattr(folder, "open", failing_after(1), raising=False)
     else:
         monkeypatch.setattr(
-            rundir.RunLogHandler, "_open", lambda self: failing_after(3)(self.baseFilename, "a")
+            folder.RunLogHandler, "_open", lambda self: failing_after(3)(self.baseFilename, "a")
         )
     with pytest.raises(WriteError) as e:
         train(cfg, run_dir)
@@ -238,6 +239,6 @@ def test_a_run_directory_that_vanishes_mid_run_stops_training_in_one_line(tiny, 
 def test_a_lock_that_cannot_be_made_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "open", refusing(errno.EROFS))
     with pytest.raises(WriteError) as e:
-        with rundir.locked(tmp_path):
+        with folder.locked(tmp_path):
             pass
     assert str(e.value).startswith(f"{tmp_path / 'train.lock'}: cannot write (Read-only file system); ")

@@ -14,9 +14,9 @@ import os
 from unittest import mock
 
 import pytest
+from fuzzing import DAMAGE, READERS, STRUCTURED, damage, make_workspace
 from hypothesis import HealthCheck, given, settings
 
-from fuzzing import DAMAGE, READERS, STRUCTURED, damage, make_workspace
 from mt.report import curve_points
 
 EXAMPLES = int(os.environ.get("MT_FUZZ_EXAMPLES") or 25)

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from mt.config import ModelConfig, TrainConfig, load_config
-from mt.decode_config import DecodeConfig
 from mt.batching import make_batch, source_batch
+from mt.config import ModelConfig, TrainConfig, load_config
 from mt.decode import beam_search, greedy_decode
+from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.step import train_step
 from mt.train import train

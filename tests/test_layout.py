@@ -1,60 +1,57 @@
 """Imports point one way: a module never imports from one to its right."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-# the style guide's config -> tokenizer -> data -> model -> decode -> translate -> train -> evaluate/report
-# -> cli,
-# with the helpers each needs just below it
-ORDER = [
-    "errors",
-    "files",
-    "schema",
-    "metrics",
-    "decode_config",
-    "config",
-    "records",
-    "tokenizer",
-    "toy",
-    "synthetic",
-    "data",
-    "sentences",
-    "batching",
-    "clean",
-    "corpus",
-    "kv_cache",
-    "model",
-    "loss",
-    "distributed",
-    "decode",
-    "ct2",
-    "translate",
-    "score",
-    "attention",
-    "validation",
-    "provenance",
-    "card",
-    "checkpoint",
-    "rundir",
-    "parent",
-    "translator",
-    "distill",
-    "step",
-    "session",
-    "train",
-    "tune",
-    "evaluate",
-    "report",
-    "serving.limits",
-    "serving.worker",
-    "serving.app",
-    "arguments",
-    "cli",
-]
+# The layers, bottom to top, each a list in import order: a module imports only modules above it in
+# its own list or in a lower layer. README's map names the same layers with the same modules
+# (test_the_readme_map_is_the_tree).
+LAYERS = {
+    "The translator's core": [
+        "errors",
+        "files",
+        "schema",
+        "metrics",
+        "decode_config",
+        "config",
+        "tokenizer",
+        "generated.toy",
+        "generated.synthetic",
+        "data",
+        "sentences",
+        "batching",
+        "clean",
+        "corpus",
+        "kv_cache",
+        "model",
+        "loss",
+        "distributed",
+        "decode",
+        "translate",
+        "ct2",
+        "score",
+        "attention",
+        "validation",
+    ],
+    "The run folder": [
+        "run.records",
+        "run.provenance",
+        "run.card",
+        "run.checkpoint",
+        "run.folder",
+        "run.parent",
+    ],
+    "Training": ["step", "session", "train"],
+    "Using a run": ["translator", "distill", "tune", "evaluate", "report"],
+    "Serving": ["serving.limits", "serving.worker", "serving.app"],
+    "The command line": ["arguments", "cli"],
+}
+ORDER = [name for layer in LAYERS.values() for name in layer]
 PACKAGE = Path(__file__).resolve().parents[1] / "mt"
 
 
@@ -64,13 +61,17 @@ def source(name: str) -> Path:
 
 
 def mt_imports(path: Path) -> set[str]:
-    """The mt modules a file imports, by their names below mt (config, serving.app)."""
+    """The mt modules a file imports, by their names below mt (config, run.folder, serving.app)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mt."):
-            names.add(node.module.removeprefix("mt."))
-        elif isinstance(node, ast.ImportFrom) and node.module == "mt":  # from mt import distributed
-            names |= {a.name for a in node.names if source(a.name).exists()}  # not __version__
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mt":
+            package = node.module.removeprefix("mt").removeprefix(".")  # "" for `from mt import x`
+            for alias in node.names:  # from mt.run import folder: a module of a package
+                module = f"{package}.{alias.name}".lstrip(".")
+                if source(module).exists():
+                    names.add(module)
+                elif package:  # from mt.config import RunConfig
+                    names.add(package)
         elif isinstance(node, ast.Import):
             names |= {a.name.removeprefix("mt.") for a in node.names if a.name.startswith("mt.")}
     return names
@@ -115,6 +116,34 @@ def reachable(name: str) -> set[str]:
             found.add(imported)
             todo.append(imported)
     return found
+
+
+def readme_map() -> dict[str, set[str]]:
+    """README's map: each bold layer heading, with the modules (mt/PATH.py) its paragraph names."""
+    text = (PACKAGE.parent / "README.md").read_text()
+    section = text.split("## Where to read first", 1)[1].split("\n## ", 1)[0]
+    layers, heading = {}, None
+    for line in section.splitlines():
+        if match := re.match(r"\*\*(.+?)\*\*", line):
+            heading = match.group(1)
+            layers[heading] = set()
+        if heading:
+            layers[heading] |= {p.replace("/", ".") for p in re.findall(r"`mt/([\w/]+)\.py`", line)}
+    return layers
+
+
+def test_the_readme_map_is_the_tree():
+    """README's map names the layers of LAYERS, in order, each with its modules and no others."""
+    assert readme_map() == {name: set(layer) for name, layer in LAYERS.items()}
+    assert list(readme_map()) == list(LAYERS)
+
+
+def test_folders_are_layers():
+    """A folder of mt/ holds one layer's modules, or a group within the core (mt/generated)."""
+    for folder in ("run", "serving"):
+        owners = [name for name, layer in LAYERS.items() if any(m.startswith(folder + ".") for m in layer)]
+        in_folder = {m for m in modules() if m.startswith(folder + ".")}
+        assert len(owners) == 1 and in_folder == set(LAYERS[owners[0]]), folder
 
 
 def test_dependencies_point_one_way():

@@ -6,8 +6,8 @@ import torch
 
 from mt.batching import make_batch
 from mt.config import FREEZABLE, ModelConfig
-from mt.loss import batch_loss
 from mt.kv_cache import KVCache
+from mt.loss import batch_loss
 from mt.model import Dropout, Seq2Seq, decoder_self_mask
 from mt.tokenizer import BOS, PAD
 

@@ -1,4 +1,4 @@
-"""mt/parent.py: a child run starts from its parent's weights and tokenizer, with a new optimizer and
+"""mt/run/parent.py: a child run starts from its parent's weights and tokenizer, with a new optimizer and
 schedule; it resumes as itself and --force-new starts it from the parent again; every mismatch and
 damaged parent is refused in one line with nothing written; tokenizer.from_run shares a vocabulary."""
 
@@ -12,11 +12,11 @@ from conftest import ROOT, file_hashes, metrics, run_main, sets, weights
 
 from mt import corpus
 from mt.batching import BatchStream
-from mt.card import read_card
 from mt.config import load_config
-from mt.parent import parse_init_from
 from mt.loss import batch_loss
 from mt.model import Seq2Seq
+from mt.run.card import read_card
+from mt.run.parent import parse_init_from
 from mt.tokenizer import PAD, Tokenizer
 from mt.train import train
 

@@ -1,4 +1,4 @@
-"""mt/records.py: the one description of each run file, the check every reader makes with it, and
+"""mt/run/records.py: the one description of each run file, the check every reader makes with it, and
 Progress, whose train.best_metric decides what improves."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from mt.records import Card, Checkpoint, Progress, Result, metrics_row_problem, problem
+from mt.run.records import Card, Checkpoint, Progress, Result, metrics_row_problem, problem
 
 
 def test_metrics_rows_are_told_apart_by_their_kind():

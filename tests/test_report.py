@@ -10,7 +10,6 @@ from mt.cli import main
 from mt.errors import ConfigError
 from mt.evaluate import evaluate_run
 from mt.metrics import METRICS
-from mt.translator import Translator
 from mt.report import (
     Run,
     _p,
@@ -20,6 +19,7 @@ from mt.report import (
     plot_curves,
     write_report,
 )
+from mt.translator import Translator
 
 
 @pytest.mark.slow

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import metrics, mt_cli, weights
 
 from mt.train import train
-from conftest import metrics, mt_cli, weights
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +54,7 @@ def test_sigkill_while_writing_a_checkpoint_resumes_from_the_previous_one(tmp_pa
     # The second checkpoint writes a few bytes of its temporary file, then the process SIGKILLs itself.
     driver = (
         "import os, signal, sys\n"
-        "from mt import checkpoint\n"
+        "from mt.run import checkpoint\n"
         "from mt.files import atomic_write\n"
         "real, calls = checkpoint.write_bytes, []\n"
         "def dying_write(path, data):\n"

@@ -1,4 +1,4 @@
-"""mt/rundir.py: reading a run directory checks its files and writes nothing (a replaced spm.model, a
+"""mt/run/folder.py: reading a run directory checks its files and writes nothing (a replaced spm.model, a
 bad metrics line), resuming needs the same config, DIR/train.lock refuses a second training, and
 train.tensorboard mirrors metrics.jsonl."""
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import file_hashes, run_main, sets
 
 from mt.cli import main
 from mt.config import TrainConfig
 from mt.errors import ConfigError
-from mt.rundir import tensorboard_writer
-from conftest import file_hashes, run_main, sets
+from mt.run.folder import tensorboard_writer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def test_a_second_training_on_a_run_directory_is_refused(capsys, run, trained):
             sys.executable,
             "-c",
             "import sys, time; from pathlib import Path; "
-            "from mt.rundir import locked\nwith locked(Path(sys.argv[1])):\n"
+            "from mt.run.folder import locked\nwith locked(Path(sys.argv[1])):\n"
             "    print('held', flush=True); time.sleep(120)",
             str(run),
         ],

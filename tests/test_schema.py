@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import pytest
 
-from mt.records import problem
+from mt.run.records import problem
 from mt.schema import within
 
 

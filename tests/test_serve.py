@@ -14,12 +14,12 @@ import time
 import pytest
 
 pytest.importorskip("fastapi")
+from conftest import ODD, expected, make_worker  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from mt.cli import main  # noqa: E402
 from mt.serving.app import create_app, server_info  # noqa: E402
 from mt.serving.worker import Job  # noqa: E402
-from conftest import ODD, expected, make_worker  # noqa: E402
 
 
 @pytest.fixture

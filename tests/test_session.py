@@ -3,10 +3,11 @@ the log names the best validation so far."""
 
 import shutil
 
-from mt.cli import main
-from mt.records import Progress
-from mt.session import best_so_far
 from conftest import file_hashes, run_main, sets
+
+from mt.cli import main
+from mt.run.records import Progress
+from mt.session import best_so_far
 
 
 def test_bad_corpus_leaves_an_existing_run_untouched(capsys, small_corpus, tiny, tmp_path):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import mt.step
-from mt.config import ModelConfig, TrainConfig
 from mt.batching import make_batch
+from mt.config import ModelConfig, TrainConfig
 from mt.loss import batch_loss
 from mt.model import Seq2Seq
 from mt.step import inverse_sqrt_lr, learning_rate, train_step

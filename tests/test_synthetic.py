@@ -1,18 +1,18 @@
-"""mt.synthetic: the generated corpus behind configs/base.yaml (a GPU-sized workload with no download)
-has WMT-like lengths, a learnable word-for-word translation, and the ids a benchmark draws without a
+"""mt.generated.synthetic: the generated corpus behind configs/base.yaml (a GPU-sized workload with no
+download) has WMT-like lengths, a learnable word-for-word translation, and the ids a benchmark draws without a
 tokenizer; `mt train configs/base.yaml` runs end to end on it."""
 
 import statistics
 
 import pytest
 import torch
+from conftest import sets
 
-from mt import synthetic
 from mt.cli import main
 from mt.config import load_config
 from mt.data import load_split
+from mt.generated import synthetic
 from mt.tokenizer import EOS
-from conftest import sets
 
 
 def test_the_corpus_is_fixed_line_aligned_and_shaped_like_wmt():

@@ -1,9 +1,9 @@
-"""mt/toy.py: the generated toy corpus is the same on every call, its splits are disjoint, and
+"""mt/generated/toy.py: the generated toy corpus is the same on every call, its splits are disjoint, and
 `data.corpus: toy` reads either direction of it."""
 
 from mt.config import DataConfig
 from mt.data import load_split
-from mt.toy import SPLIT_SIZES, toy_corpus
+from mt.generated.toy import SPLIT_SIZES, toy_corpus
 
 
 def test_toy_corpus_is_deterministic_and_disjoint():

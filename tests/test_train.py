@@ -14,15 +14,15 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import metrics, weights
 
-import mt.step
 import mt.session
-from mt.tokenizer import Tokenizer
+import mt.step
 import mt.train
 from mt.cli import main
 from mt.config import load_config
+from mt.tokenizer import Tokenizer
 from mt.train import TrainingError, train
-from conftest import metrics, weights
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,6 +7,7 @@ import json
 import pytest
 import sacrebleu
 import yaml
+from conftest import ROOT, sets
 
 from mt.cli import main
 from mt.config import read_saved_config
@@ -14,7 +15,6 @@ from mt.data import load_split
 from mt.errors import ConfigError
 from mt.translator import Translator
 from mt.tune import best_setting, make_grid, tune, tuned_setting
-from conftest import ROOT, sets
 
 
 def test_the_grid_tries_greedy_once_and_every_penalty_with_each_wider_beam():

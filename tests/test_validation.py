@@ -4,11 +4,12 @@ decode section says."""
 import json
 from pathlib import Path
 
+from conftest import metrics
+
 import mt.validation
 from mt.config import load_config
 from mt.decode_config import DecodeConfig
 from mt.train import train
-from conftest import metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,11 +4,11 @@ and answered in order, other options decoded apart, a request whose client went 
 import dataclasses
 
 import pytest
+from conftest import ODD, expected, make_worker
 
 from mt.serving.limits import ServeLimits
-from mt.translator import Translator
 from mt.serving.worker import Job, Worker
-from conftest import ODD, expected, make_worker
+from mt.translator import Translator
 
 
 def test_waiting_requests_are_merged_into_one_batch_and_answered_in_order(served):

@@ -35,10 +35,10 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
 from starlette.exceptions import HTTPException
 
-from mt.card import card_summary
 from mt.decode_config import REQUEST, DecodeConfig, decoding
 from mt.errors import ConfigError, ServeError
 from mt.model import count_parameters
+from mt.run.card import card_summary
 from mt.schema import fields_of
 from mt.serving.limits import ServeLimits
 from mt.serving.worker import Job, Overloaded, Translated, Worker

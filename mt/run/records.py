@@ -1,10 +1,10 @@
 """The records a run directory holds, each a dataclass checked by mt.schema (config's validator)
 before a reader reads a field.
 
-    card.json        Card             what a run was and scored (mt.card); results.KEY is a Result
+    card.json        Card             what a run was and scored (mt.run.card); results.KEY is a Result
     eval-KEY.json    Result           one evaluation (mt.evaluate): the card's results.KEY
     metrics.jsonl    METRICS_ROWS     one JSON object a line: a log window, a validation or a skipped update
-    *.pt             Checkpoint       a checkpoint's metadata (mt.checkpoint); its counters are a `Progress`
+    *.pt             Checkpoint       a checkpoint's metadata (run.checkpoint); its counters are a `Progress`
     config.yaml      mt.config's RunConfig, read by its loader (`read_saved_config`)
 
 The JSON records are `open_keys` (a newer mt may write more) and read, once checked, as the mappings
@@ -134,7 +134,7 @@ class Training:
 
 @dataclass(frozen=True, kw_only=True)
 class Origin:
-    """Where a run's weights (card `parent`) or tokenizer (`tokenizer_from`) came from: mt.parent."""
+    """Where a run's weights (card `parent`) or tokenizer (`tokenizer_from`) came from: mt.run.parent."""
 
     open_keys: ClassVar[bool] = True
     run: str
@@ -191,7 +191,7 @@ class Card:
     parent: Origin = None
     tokenizer_from: Origin = None
     cleaning: Cleaning = None
-    teacher: dict = None  # a student's: what translated its distilled corpus (mt.parent.teacher_of)
+    teacher: dict = None  # a student's: what translated its distilled corpus (mt.run.parent.teacher_of)
     tuning: Tuning = None
 
 

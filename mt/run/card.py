@@ -1,6 +1,6 @@
 """The run card, DIR/card.json: what a run was and what it scored, in one file for `mt report`.
 
-Training writes the config, code, hardware and training sections when it stops (mt.provenance says
+Training writes the config, code, hardware and training sections when it stops (mt.run.provenance says
 what goes in them); `mt evaluate` adds its scores. Each writer updates only its own sections, the card
 is checked against records.Card when read, and the file is replaced atomically.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from mt.errors import RunDirError
 from mt.files import write_text
 from mt.metrics import HEADLINE
-from mt.records import Card, require
+from mt.run.records import Card, require
 
 
 def read_card(run_dir: str | Path) -> dict:

@@ -26,7 +26,7 @@ from mt.config import RunConfig, apply_overrides, config_differences, config_fro
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_bytes
 from mt.model import Seq2Seq
-from mt.records import Checkpoint, Progress, problem
+from mt.run.records import Checkpoint, Progress, problem
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)

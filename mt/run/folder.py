@@ -8,14 +8,14 @@ training writes there.
     DIR/last.pt         the latest checkpoint: model, Adam, grad scaler, counters (`Progress`), RNG states
     DIR/best.pt         the checkpoint of the best validation score (train.best_metric)
     DIR/ckpt-STEP.pt    the model at a validation (train.keep_last); averaged.pt their mean (`mt average`)
-    DIR/card.json       what the run was and what it scored (mt.card)
+    DIR/card.json       what the run was and what it scored (mt.run.card)
     DIR/eval-KEY.json   an evaluation (mt.evaluate), with hyp-KEY.txt and ref-SPLIT.txt beside it
     DIR/ct2/            the CTranslate2 export (`mt export`, mt.ct2)
     DIR/replaced-*/     an earlier run's files, moved aside by `mt train --force-new`
 
     DIR/train.lock      held (flock) while a training writes DIR
 
-Checkpoints are mt.checkpoint's, the card mt.card's; resuming is mt.session's. Reading a run
+Checkpoints are mt.run.checkpoint's, the card mt.run.card's; resuming is mt.session's. Reading a run
 (`load_run`, `read_metrics`) checks everything and writes nothing; a damaged file is a one-line
 RunDirError. Writing: `open_run_dir` makes a run's first writes once every input has been checked,
 `locked` keeps a second training out, `MetricsLog` and `run_log` are metrics.jsonl and train.log.
@@ -36,13 +36,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-
-from mt.checkpoint import build_model, load_checkpoint, stored_config
 from mt.config import RunConfig, TrainConfig, read_saved_config, save_config
 from mt.errors import ConfigError, RunDirError, WriteError
 from mt.files import write_failure, write_text
 from mt.model import Seq2Seq
-from mt.records import metrics_row_problem
+from mt.run.checkpoint import build_model, load_checkpoint, stored_config
+from mt.run.records import metrics_row_problem
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)

@@ -18,11 +18,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from mt.checkpoint import load_checkpoint, stored_config
 from mt.config import RunConfig, read_saved_config
 from mt.errors import ConfigError, DataError, RunDirError
 from mt.files import file_sha256
-from mt.rundir import checkpoint_path, run_tokenizer
+from mt.run.checkpoint import load_checkpoint, stored_config
+from mt.run.folder import checkpoint_path, run_tokenizer
 from mt.tokenizer import Tokenizer
 
 TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout")  # model keys a child may change
