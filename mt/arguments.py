@@ -73,12 +73,10 @@ def _run_options(
             "--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: a GPU if one is visible"
         )
     if decoding != ():
-        _decoding_options(p, decoding, skip)
+        decoding_options(p, decoding, skip)
 
 
-def _decoding_options(
-    p: argparse.ArgumentParser, only: tuple[str, ...] | None, skip: tuple[str, ...]
-) -> None:
+def decoding_options(p: argparse.ArgumentParser, only: tuple[str, ...] | None, skip: tuple[str, ...]) -> None:
     """A flag for each DecodeConfig field (--n-best for n_best), typed, bounded and explained by the
     field itself; its dest is the field's name, and its default None keeps the run's value."""
     group = p.add_argument_group("decoding (defaults: the run's decode config)")

@@ -49,7 +49,7 @@ class Batch:
         return Batch(*(fn(t) for t in tensors), self.ntokens)
 
 
-def gather(values: Tensor, index: Tensor) -> Tensor:
+def gather_rows(values: Tensor, index: Tensor) -> Tensor:
     """values[index] as int64. A uint16 array (mt.corpus) is read through an int16 view of the same
     bits, the mask undoing the sign: torch 2.4 has no indexing kernel for uint16."""
     if values.dtype == torch.uint16:
@@ -72,7 +72,7 @@ def _padded(
     position = torch.arange(int(lengths.max()) + 1)  # (L,)
     inside = (position >= shift) & (position < lengths[:, None] + shift)  # (B, L)
     offsets = (starts[:, None] + position - shift).clamp(0, ids.numel() - 1)  # (B, L)
-    out = torch.where(inside, gather(ids, offsets), PAD)
+    out = torch.where(inside, gather_rows(ids, offsets), PAD)
     if first is not None:
         out[:, 0] = first
     if last is not None:
@@ -115,14 +115,14 @@ class Pairs:
 
     def subset(self, rows: Tensor) -> Pairs:
         """The pairs `rows` (R,), in that order, with their ids copied end to end."""
-        src_len, tgt_len = gather(self.src_len, rows), gather(self.tgt_len, rows)  # (R,)
+        src_len, tgt_len = gather_rows(self.src_len, rows), gather_rows(self.tgt_len, rows)  # (R,)
         src = _concat(self.src, self.src_start[rows], src_len)
         tgt = _concat(self.tgt, self.tgt_start[rows], tgt_len)
         return Pairs.of(src, tgt, src_len.to(self.src_len.dtype), tgt_len.to(self.tgt_len.dtype))
 
     def batch(self, rows: Tensor) -> Batch:
         """The padded batch of pairs `rows` (B,), in that order."""
-        src_len, tgt_len = gather(self.src_len, rows), gather(self.tgt_len, rows)  # (B,)
+        src_len, tgt_len = gather_rows(self.src_len, rows), gather_rows(self.tgt_len, rows)  # (B,)
         src, src_mask = _padded(self.src, self.src_start[rows], src_len, None, EOS)
         tgt_in, tgt_mask = _padded(self.tgt, self.tgt_start[rows], tgt_len, BOS, None)
         tgt_out, _ = _padded(self.tgt, self.tgt_start[rows], tgt_len, None, EOS)
@@ -219,7 +219,7 @@ def fill_ratio(corpus: Pairs, plan: EpochPlan) -> float:
     sizes = torch.tensor(plan.bounds).diff()  # (batches,)
     real = total = 0
     for lengths in (corpus.src_len, corpus.tgt_len):
-        n = gather(lengths, plan.order.long()).float() + 1  # (P,) in plan order, batch by batch
+        n = gather_rows(lengths, plan.order.long()).float() + 1  # (P,) in plan order, batch by batch
         real += float(n.sum())
         total += float((torch.segment_reduce(n, "max", lengths=sizes) * sizes).sum())
     return real / total

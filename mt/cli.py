@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
-import json
 import logging
 import os
 import sys
@@ -106,7 +105,7 @@ def _open(args: argparse.Namespace, **more):
 def _read_input(path: str | None) -> list[str]:
     """Input lines, split on newlines only; gzip data (a .gz file, or bytes that start as gzip does) is
     decompressed; invalid UTF-8 is replaced (U+FFFD) with a warning."""
-    from mt.data import gunzip, split_lines
+    from mt.data import gunzip, text_lines
 
     name = path or "<stdin>"
     if path is None:
@@ -120,7 +119,7 @@ def _read_input(path: str | None) -> list[str]:
             raise ConfigError(f"{path}: cannot read input ({e.strerror or e})") from None
     if raw.startswith(b"\x1f\x8b") or (path or "").endswith(".gz"):  # 1f 8b never starts UTF-8 text
         raw = gunzip(raw, name)
-    lines = split_lines(raw.decode("utf-8", errors="replace"))
+    lines = text_lines(raw.decode("utf-8", errors="replace"))
     bad = [i + 1 for i, line in enumerate(lines) if "\ufffd" in line]
     if bad:
         where = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
@@ -291,11 +290,12 @@ def _exit_code(e: Exception) -> int | None:
 
 def cmd_distill(args: argparse.Namespace) -> None:
     from mt.distill import distill
+    from mt.run.parent import read_teacher
 
     _setup_logging()
     teacher = _open(args, ensemble=args.ensemble or [])
     folder = distill(teacher, Path(args.out) if args.out else None, args.with_references)
-    record = json.loads((folder / "teacher.json").read_text(encoding="utf-8"))
+    record = read_teacher(folder)
     print(
         f"{folder}: {record['lines']} training pairs, translated in {record['translate_s']:.0f} s; "
         f"train a student on it with --set data.corpus=files --set data.dir={folder}",

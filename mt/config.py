@@ -18,6 +18,7 @@ import yaml
 from mt.decode_config import DecodeConfig, decoding
 from mt.errors import ConfigError
 from mt.files import write_text
+from mt.metrics import BEST_METRICS
 from mt.schema import Mismatch, build, choice, within
 
 
@@ -33,6 +34,11 @@ class CleanConfig:
     copies: bool = True  # source equal to target
     languages: bool = True  # a side in the other side's language, told by the val files' words (mt.clean)
     leaks: bool = True  # a source or target that is a line of the val or test files
+
+
+# A key a resumed run may change (field metadata): it decides when to stop, log, save or validate, or
+# how `mt translate` decodes, never what is learned nor what best.pt means (train.valid_beam is not one).
+RESUMABLE = {"resumable": True}
 
 
 @dataclass(frozen=True)
@@ -89,32 +95,43 @@ class TrainConfig:
     # after warmup; linear: to 0 at the budget's end
     schedule: str = choice("inverse_sqrt", "inverse_sqrt", "linear")
     max_tokens: int = within(4096, 16)  # per batch: sentences x longest side, padding included
-    max_steps: int = within(100_000, 1)
-    max_minutes: float = within(0.0, 0.0)  # wall-clock budget for the loop; 0 = none
+    max_steps: int = within(100_000, 1, resumable=True)
+    max_minutes: float = within(0.0, 0.0, resumable=True)  # wall-clock budget for the loop; 0 = none
     label_smoothing: float = within(0.1, 0.0, 0.99)
     precision: str = choice("fp32", "fp32", "tf32", "bf16", "fp16")  # tf32: fp32 with TF32 matmuls (CUDA)
-    device: str = choice("auto", "auto", "cpu", "cuda")
-    dist_backend: str = choice(
-        "auto", "auto", "nccl", "gloo"
-    )  # under torchrun; auto: nccl on GPUs, else gloo
+    device: str = choice("auto", "auto", "cpu", "cuda", resumable=True)
+    # under torchrun; auto: nccl on GPUs, else gloo
+    dist_backend: str = choice("auto", "auto", "nccl", "gloo", resumable=True)
     clip_norm: float = within(1.0, 0.0)  # 0 = no clipping
     accumulate: int = within(1, 1)  # batches per optimizer step
-    patience: int = within(0, 0)  # validations without a best_metric gain before stopping; 0 = off
-    # what best.pt and patience follow: val BLEU or val chrF up, or val loss down
-    best_metric: str = choice("bleu", "bleu", "chrf", "loss")
-    keep_last: int = within(0, 0)  # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
-    average_last: int = within(0, 0)  # at the end, write averaged.pt: the mean of the last N kept models
-    valid_every: int = within(500, 1)
+    patience: int = within(
+        0, 0, resumable=True
+    )  # validations without a best_metric gain before stopping; 0 = off
+    # what best.pt and patience follow: a headline metric of mt.metrics in its direction, or val loss down
+    best_metric: str = choice("bleu", *BEST_METRICS)
+    keep_last: int = within(
+        0, 0, resumable=True
+    )  # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
+    average_last: int = within(
+        0, 0, resumable=True
+    )  # at the end, write averaged.pt: the mean of the last N kept models
+    valid_every: int = within(500, 1, resumable=True)
     valid_beam: int = within(1, 1)  # beam of validation decoding, which best.pt is best at; fixed for a run
-    tune: bool = True  # when training ends, choose decode.beam and length_penalty on val (`mt tune`)
-    save_every: int = within(0, 0)  # also write last.pt every N steps; 0 = at validations only
-    log_every: int = within(50, 1)
+    tune: bool = field(
+        default=True, metadata=RESUMABLE
+    )  # when training ends, choose decode.beam and length_penalty on val (`mt tune`)
+    save_every: int = within(
+        0, 0, resumable=True
+    )  # also write last.pt every N steps; 0 = at validations only
+    log_every: int = within(50, 1, resumable=True)
     tensorboard: bool = (
         False  # also write metrics.jsonl's rows as TensorBoard scalars (extra: mt[tensorboard])
     )
-    max_nonfinite: int = within(5, 1)  # updates in a row with a non-finite loss before training stops
+    max_nonfinite: int = within(
+        5, 1, resumable=True
+    )  # updates in a row with a non-finite loss before training stops
     seed: int = 1
-    threads: int = within(0, 0)  # torch CPU threads; 0 = torch's default
+    threads: int = within(0, 0, resumable=True)  # torch CPU threads; 0 = torch's default
     # RUN[@best|last|averaged|FILE]: start from that run's weights and tokenizer, with a fresh optimizer,
     # step counter and schedule (fine-tuning); "" = random weights
     init_from: str = ""
@@ -126,13 +143,15 @@ FREEZABLE = ("embeddings", "encoder", "decoder")  # train.freeze's parts (Seq2Se
 
 @dataclass(frozen=True)
 class RunConfig:
-    name: str = "run"
-    base: str = ""  # the config file this one extends (YAML key `base:`, relative to the file); "" = none
+    name: str = field(default="run", metadata=RESUMABLE)
+    base: str = field(
+        default="", metadata=RESUMABLE
+    )  # the config file this one extends (YAML key `base:`, relative to the file); "" = none
     data: DataConfig = DataConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
-    decode: DecodeConfig = DecodeConfig()
+    decode: DecodeConfig = field(default=DecodeConfig(), metadata=RESUMABLE)  # how `mt translate` decodes
 
 
 # What users of JoeyNMT and fairseq call some of our keys: "did you mean" hints for them.
@@ -163,7 +182,7 @@ def _typed(raw: Any) -> RunConfig:
         raise ConfigError(str(e)) from None
 
 
-def validate(cfg: RunConfig) -> RunConfig:
+def check_config(cfg: RunConfig) -> RunConfig:
     """Cross-field checks that no single field can make."""
     m = cfg.model
     if m.d_model % m.n_heads:
@@ -242,7 +261,7 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
 
 
 def config_from_dict(raw: dict) -> RunConfig:
-    return validate(_typed(raw))
+    return check_config(_typed(raw))
 
 
 def _read_yaml(path: Path) -> dict:
@@ -359,3 +378,15 @@ def config_differences(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> di
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
     write_text(path, yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+
+
+def resumable_keys(cls: type = None, prefix: str = "") -> tuple[str, ...]:
+    """The keys (train.max_steps, decode, ...) whose fields are marked RESUMABLE: what a resumed run,
+    or a checkpoint averaged with another of its run, may differ in."""
+    keys = []
+    for f in dataclasses.fields(cls or RunConfig):
+        if f.metadata.get("resumable"):
+            keys.append(prefix + f.name)
+        elif dataclasses.is_dataclass(f.default):  # a section: its own fields
+            keys += resumable_keys(type(f.default), f"{f.name}.")
+    return tuple(keys)

@@ -25,6 +25,7 @@ batch's length limit (CTranslate2 takes one per batch) is longer than a line's o
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -46,6 +47,54 @@ NOTE = "mt_export.json"  # beside CTranslate2's files: the source checkpoint's s
 # hypotheses are finished, as mt's does (at 0 it goes on until the top beam ends too), and
 # length ** 1e-30 == 1.0 in float, so the scores it returns stay raw log-probabilities
 RAW_SCORES = 1e-30
+
+
+# How CTranslate2 follows each option, one entry a field. `unmapped` refuses any field left out of these
+# tables that is not at its default, so a new ModelConfig or DecodeConfig field is mapped here or
+# refused in one line, never silently ignored by this engine.
+MODEL_FIELDS = {
+    "d_model": "the spec's weight shapes",
+    "n_heads": "TransformerSpec.from_config",
+    "layers": "TransformerSpec.from_config (through ModelConfig.depth)",
+    "encoder_layers": "TransformerSpec.from_config (through ModelConfig.depth)",
+    "decoder_layers": "TransformerSpec.from_config (through ModelConfig.depth)",
+    "d_ff": "the feed-forward weights' shapes",
+    "dropout": "training only",
+    "attention_dropout": "training only",
+    "activation_dropout": "training only",
+    "norm": "pre_norm, and the stacks' final norms",
+    "tie_embeddings": "each matrix written (CTranslate2 stores equal arrays once)",
+    "max_positions": "the position table's rows",
+}
+DECODE_FIELDS = {
+    "beam": "beam_size",
+    "n_best": "num_hypotheses, ranked by mt (Ct2Model._ranked)",
+    "length_penalty": "mt's GNMT ranking of raw log-probabilities (RAW_SCORES)",
+    "max_len_a": "max_decoding_length, each line's limit cut by mt",
+    "max_len_b": "max_decoding_length, each line's limit cut by mt",
+    "no_repeat_ngram": "no_repeat_ngram_size",
+    "batch_tokens": "mt's batches (translate.search_lines)",
+    "engine": "this engine",
+    "compute_type": "compute_type, as the model loads",
+    "sample": "refused for this engine by decode_config (one random stream a process)",
+    "temperature": "with sample only",
+    "seed": "with sample only",
+    "split_sentences": "mt.sentences, before and after the search",
+}
+
+
+def unmapped(config, mapped: dict[str, str], section: str) -> None:
+    """A one-line ConfigError for the first field of dataclass `config` that `mapped` does not name
+    and that differs from its default: CTranslate2 would ignore it."""
+    default = type(config)()
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.name not in mapped and value != getattr(default, f.name):
+            raise ConfigError(
+                f"{section}.{f.name}: {value!r} is not mapped to CTranslate2 (mt/ct2.py), which would "
+                f"ignore it; decode with the torch engine, or map it in mt.ct2's {section} table",
+                f.name,
+            )
 
 
 def ctranslate2():
@@ -137,6 +186,7 @@ def export_model(model: Seq2Seq, tokenizer: Tokenizer, out: Path, quantization: 
     weights' fingerprint) beside its files: built in a temporary folder next to it, then renamed into
     place, so `out` is whole or as it was."""
     ctranslate2()
+    unmapped(model.cfg, MODEL_FIELDS, "model")
     spec = model_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=None if quantization == "none" else quantization)
@@ -199,6 +249,8 @@ class Ct2Model:
         """`threads`: (translators, threads each); 0 threads = CTranslate2's default. Several
         one-thread translators decode the batches of a file side by side (`search_groups`)."""
         ct2, note = ctranslate2(), read_note(folder)
+        unmapped(model.cfg, MODEL_FIELDS, "model")
+        unmapped(decode, DECODE_FIELDS, "decode")
         if note["weights_sha256"] != weights_sha256(model):
             raise RunDirError(
                 f"{folder}: exported from other weights than the checkpoint asked for; export it again "
@@ -230,6 +282,7 @@ class Ct2Model:
     ) -> list[list[list[Hypothesis]]]:
         """`search` of each batch of (sources, forced prefixes), all submitted at once: translators
         decode them side by side."""
+        unmapped(cfg, DECODE_FIELDS, "decode")
         pending = [self._submit(parts, prefixes, cfg) for parts, prefixes in batches]
         return [self._collect(*submitted, cfg) for submitted in pending]
 

@@ -48,7 +48,7 @@ def normalize(line: str) -> str:
     return " ".join(_CONTROL.sub(" ", line).split())
 
 
-def split_lines(text: str) -> list[str]:
+def text_lines(text: str) -> list[str]:
     """Split on "\n" only, as `wc -l` and paste do; str.splitlines would also split on U+2028, U+0085,
     form feeds... and break line alignment. A final newline does not start another line; a CR before
     the newline (CRLF files) is dropped."""
@@ -85,7 +85,7 @@ def gunzip(data: bytes, path: str | Path) -> bytes:
 
 
 def iter_lines(path: str | Path) -> Iterator[str]:
-    """Stream a (possibly gzipped) UTF-8 text file as normalised lines, split as `split_lines` does."""
+    """Stream a (possibly gzipped) UTF-8 text file as normalised lines, split as `text_lines` does."""
     path = Path(path)
     with _open(path) as f:
         try:

@@ -30,7 +30,7 @@ from mt.data import downloads_dir, load_split
 from mt.decode_config import evaluation_name
 from mt.errors import DataError
 from mt.files import file_sha256, write_failure, write_text
-from mt.run.parent import TEACHER
+from mt.run.parent import TEACHER, read_teacher
 from mt.translator import Translator
 
 CHUNK = 1000  # source lines a chunk: sorted into token-budget batches, then appended and flushed
@@ -141,18 +141,23 @@ def _copy_held_out(t: Translator, folder: Path) -> None:
 def check(folder: Path, record: dict) -> dict:
     """teacher.json of a distilled folder, checked: the same teacher and settings, every file as
     written; else a one-line DataError saying what to do."""
-    path = folder / TEACHER
-    try:
-        stored = json.loads(path.read_text(encoding="utf-8"))
-        files = stored["files"]
-        damaged = [name for name, sha in files.items() if file_sha256(folder / name) != sha]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        damaged = [TEACHER]
+    stored = read_teacher(folder)
+    damaged = [name for name, sha in stored["files"].items() if _sha256(folder / name) != sha]
     if damaged:
         raise DataError(
             f"{folder}: damaged distilled corpus ({', '.join(damaged)} not as {TEACHER} recorded); "
             f"delete the folder and run mt distill again"
         )
     if any(stored.get(key) != record.get(key) for key in ("sha256", "decode", "references")):
-        raise DataError(f"{path}: made by another teacher or other decoding settings; use another --out")
+        raise DataError(
+            f"{folder / TEACHER}: made by another teacher or other decoding settings; use another --out"
+        )
     return stored
+
+
+def _sha256(path: Path) -> str | None:
+    """The file's sha256, None where it cannot be read (a deleted file of a distilled folder)."""
+    try:
+        return file_sha256(path)
+    except OSError:
+        return None

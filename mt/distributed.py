@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import re
 import signal
 import threading
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mt.config import TrainConfig, check_precision
 from mt.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -215,3 +217,18 @@ def stop_requests():
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def start_training(t: TrainConfig, ranks: Ranks) -> torch.device:
+    """Seed, threads, and this rank's device (joining the process group under torchrun), with its
+    precision checked and set."""
+    random.seed(t.seed)
+    torch.manual_seed(t.seed)  # the same initial weights on every rank
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    if t.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device: cuda requested but no GPU is visible; use auto or cpu")
+    device = start(ranks, t.device, t.dist_backend)
+    check_precision(t.precision, device.type)
+    set_precision(device, t.precision)
+    return device

@@ -2,18 +2,20 @@
 with its sacreBLEU signature, on sacreBLEU's 0-100 scale. A new metric is one entry in METRICS.
 
 Each is scored on cased, detokenized text against one or more reference streams, line-aligned with
-the hypotheses. A result stores KEY and KEY_signature for every metric; validation logs val_KEY and
-`mt report` tests the significance of the headline ones only.
+the hypotheses (and the sources, for a metric that reads them). A result stores KEY and KEY_signature
+for every metric; validation logs val_KEY, `train.best_metric` may follow any headline one, and `mt
+report` tests the significance of the headline ones only, each in its own direction. sacreBLEU is
+imported when a metric is made, so that the config can name the metrics without loading it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from sacrebleu.metrics import BLEU, CHRF
-from sacrebleu.metrics.base import Metric as SacreMetric
+if TYPE_CHECKING:
+    from sacrebleu.metrics.base import Metric as SacreMetric
 
 
 class RepeatedNgrams:
@@ -24,7 +26,9 @@ class RepeatedNgrams:
     def __init__(self, n: int):
         self.n = n
 
-    def corpus_score(self, hypotheses: list[str], references: list[list[str]]) -> SimpleNamespace:
+    def corpus_score(
+        self, hypotheses: list[str], references: list[list[str]], sources=None
+    ) -> SimpleNamespace:
         return SimpleNamespace(score=float(sum(repeats(line.split(), self.n) for line in hypotheses)))
 
     def get_signature(self) -> str:
@@ -37,38 +41,76 @@ def repeats(tokens: list, n: int) -> bool:
     return len(grams) != len(set(grams))
 
 
+def bleu(**options) -> SacreMetric:
+    from sacrebleu.metrics import BLEU
+
+    return BLEU(**options)
+
+
+def chrf() -> SacreMetric:
+    from sacrebleu.metrics import CHRF
+
+    return CHRF()
+
+
 @dataclass(frozen=True)
 class Metric:
     key: str  # the result's field (its signature: KEY_signature); validation logs val_KEY
     label: str  # how a report names it
     make: Callable[[], SacreMetric]  # a fresh sacreBLEU metric (they keep state), or one of its shape
-    headline: bool = True  # validated, tested for significance in `mt report`, its own verdict
+    headline: bool = True  # validated, may pick best.pt, tested for significance in `mt report`
     note: str = ""  # what a report says beside a metric that is not a headline
+    higher_is_better: bool = True  # its direction: report's verdicts and train.best_metric follow it
+    reads_sources: bool = False  # its corpus_score takes sources= (the lines translated) too
+    always: bool = False  # every result mt has written holds it; a result written before a later
+    # metric existed lacks that one, and stays readable
 
 
 METRICS = (
-    Metric("bleu", "BLEU", BLEU),  # 13a tokenization: what WMT and the papers report
-    Metric("chrf", "chrF", CHRF),
+    Metric("bleu", "BLEU", bleu, always=True),  # 13a tokenization: what WMT and the papers report
+    Metric("chrf", "chrF", chrf, always=True),
     # lower-cased BLEU, to set beside papers that report lower-cased scores
-    Metric("bleu_lc", "BLEU lc", lambda: BLEU(lowercase=True), False, "lower-cased, not the headline"),
+    Metric("bleu_lc", "BLEU lc", lambda: bleu(lowercase=True), False, "lower-cased, not the headline"),
     Metric(
         "repeated_4grams",
         "rep. 4-gram lines",
         lambda: RepeatedNgrams(4),
         False,
         "lines that repeat a word 4-gram",
+        higher_is_better=False,
     ),
 )
 HEADLINE = tuple(m for m in METRICS if m.headline)
+BY_KEY = {m.key: m for m in METRICS}
+BEST_METRICS = (*(m.key for m in HEADLINE), "loss")  # what train.best_metric may follow: val loss or a score
 
 
-def corpus_scores(hypotheses: list[str], *references: list[str], metrics=METRICS) -> dict:
+def improves(key: str, score: float, best: float | None) -> bool:
+    """Whether `score` of the metric `key` (or "loss", lower better) beats `best` (None: nothing yet)."""
+    if best is None:
+        return True
+    higher = BY_KEY[key].higher_is_better if key != "loss" else False
+    return score > best if higher else score < best
+
+
+def label(key: str) -> str:
+    """How a message names the metric `key` (or "loss")."""
+    return BY_KEY[key].label if key in BY_KEY else key
+
+
+def corpus_scores(
+    hypotheses: list[str], *references: list[str], sources: list[str] | None = None, metrics=METRICS
+) -> dict:
     """Each metric's corpus score and signature, the sentence count, and the length ratio
-    (hypothesis / reference tokens, BLEU's count). Each of `references` is one reference stream."""
+    (hypothesis / reference tokens, BLEU's count). Each of `references` is one reference stream;
+    `sources` (line-aligned) go to the metrics that read them, which are left out without them."""
     scores, signatures, ratio = {}, {}, None
     for metric in metrics:
+        if metric.reads_sources and sources is None:
+            continue
         scorer = metric.make()
-        result = scorer.corpus_score(hypotheses, list(references))
+        given = {"sources": sources} if metric.reads_sources else {}
+        result = scorer.corpus_score(hypotheses, list(references), **given)
         scores[metric.key] = result.score
         signatures[f"{metric.key}_signature"] = str(scorer.get_signature())
         if metric.key == "bleu":

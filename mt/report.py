@@ -20,7 +20,7 @@ from sacrebleu.significance import PairedTest
 from mt.config import config_to_dict, flatten, read_saved_config
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_figure, write_text
-from mt.metrics import HEADLINE, METRICS
+from mt.metrics import HEADLINE, METRICS, Metric, improves
 from mt.run.card import read_card
 from mt.run.folder import read_metrics
 
@@ -106,7 +106,8 @@ def load_runs(paths: list[str | Path], setting: str = "test") -> list[Run]:
 
 def _signatures_without_version(result: dict) -> tuple[str, ...]:
     # the sacrebleu version does not change a score
-    return tuple(re.sub(r"\|version:[^|]*", "", result[f"{m.key}_signature"]) for m in HEADLINE)
+    # (a result written before a headline metric existed lacks it, and is not compared)
+    return tuple(re.sub(r"\|version:[^|]*", "", result.get(f"{m.key}_signature", "")) for m in HEADLINE)
 
 
 def comparability(base: dict | None, other: dict | None) -> str:
@@ -163,13 +164,14 @@ def _p(p: float | None) -> str:
     return f"{p:.4f}" + (" *" if p < P_THRESHOLD else "")
 
 
-def _verdict(name: str, base: float, score: float, ci: float, p: float) -> str:
-    """One metric's line: the change, the run's bootstrap 95% CI half-width, and the p-value."""
+def _verdict(metric: Metric, base: float, score: float, ci: float, p: float) -> str:
+    """One metric's line: the change, the run's bootstrap 95% CI half-width, and the p-value; better
+    or worse in the metric's own direction."""
     delta, spread = score - base, f"{base:.2f} -> {score:.2f} ± {ci:.2f}"
     if p < P_THRESHOLD:
-        direction = "better" if delta > 0 else "worse"
-        return f"{name} {direction} by {abs(delta):.2f} ({spread}; p = {p:.4f} < {P_THRESHOLD})"
-    return f"{name} {delta:+.2f}, not significant ({spread}; p = {p:.4f})"
+        direction = "better" if improves(metric.key, score, base) else "worse"
+        return f"{metric.label} {direction} by {abs(delta):.2f} ({spread}; p = {p:.4f} < {P_THRESHOLD})"
+    return f"{metric.label} {delta:+.2f}, not significant ({spread}; p = {p:.4f})"
 
 
 def render(runs: list[Run], setting: str, plots: str) -> str:
@@ -242,9 +244,7 @@ def _verdicts(base: Run, others: list[Run], tests: dict[str, dict]) -> list[str]
     b, lines = tests[base.label], []
     for run in others:
         r = tests[run.label]
-        verdicts = [
-            _verdict(m.label, b[m.key], r[m.key], r[f"{m.key}_ci"], r[f"{m.key}_p"]) for m in HEADLINE
-        ]
+        verdicts = [_verdict(m, b[m.key], r[m.key], r[f"{m.key}_ci"], r[f"{m.key}_p"]) for m in HEADLINE]
         lines.append(f"- `{run.label}` vs `{base.label}`: {'; '.join(verdicts)}.")
     return lines
 

@@ -31,7 +31,7 @@ def splitter(name: str = "split_sentences") -> Splitter:
     return lambda lang, line: list(segment(lang, line))
 
 
-def split_lines(lines: list[str], lang: str, split: Splitter) -> tuple[list[str], list[int]]:
+def sentences_of(lines: list[str], lang: str, split: Splitter) -> tuple[list[str], list[int]]:
     """Each line's sentences, in order, stripped and none empty, and how many each line gave (an empty
     line gives one empty sentence, so that it still gives one empty line)."""
     sentences, counts = [], []
@@ -44,7 +44,7 @@ def split_lines(lines: list[str], lang: str, split: Splitter) -> tuple[list[str]
 
 
 def join_lines(translations: list, counts: list[int], join: Callable[[list], object] = " ".join) -> list:
-    """The inverse of `split_lines`: one item per line, `join` of its sentences' translations."""
+    """The inverse of `sentences_of`: one item per line, `join` of its sentences' translations."""
     joined, start = [], 0
     for n in counts:
         joined.append(join(translations[start : start + n]))

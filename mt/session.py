@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -17,17 +16,17 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mt import corpus, distributed
 from mt.batching import BatchStream, Pairs
-from mt.config import RunConfig, TrainConfig, check_precision, config_differences, config_to_dict
+from mt.config import RunConfig
 from mt.data import load_split
-from mt.errors import ConfigError, RunDirError, WriteError
+from mt.errors import WriteError
 from mt.model import Seq2Seq, count_parameters
 from mt.run import checkpoint, folder
-from mt.run.card import read_card, update_card
-from mt.run.checkpoint import RESUMABLE_KEYS, load_checkpoint, set_rng_state, stored_config
-from mt.run.folder import MetricsLog, read_metrics, run_tokenizer
+from mt.run.card import training_record, update_card
+from mt.run.folder import MetricsLog
 from mt.run.parent import Parent, parent_of, shared_tokenizer, teacher_of
 from mt.run.provenance import code_version, config_section, hardware
-from mt.run.records import RESUME_KEYS, Progress, progress_of
+from mt.run.records import Progress
+from mt.run.resume import Resumed, restore
 from mt.tokenizer import Tokenizer
 from mt.validation import Validation, make_validation
 
@@ -54,31 +53,19 @@ class Session:
     cleaning: dict | None  # rank 0 only: what binarizing kept and removed (corpus.cleaning_report)
 
 
-def start_device(cfg: RunConfig, ranks: distributed.Ranks) -> torch.device:
-    """Seed, threads, and this rank's device (joining the process group under torchrun)."""
-    random.seed(cfg.train.seed)
-    torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
-    if cfg.train.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device: cuda requested but no GPU is visible; use auto or cpu")
-    device = distributed.start(ranks, cfg.train.device, cfg.train.dist_backend)
-    check_precision(cfg.train.precision, device.type)
-    distributed.set_precision(device, cfg.train.precision)
-    return device
-
-
 def new_tokenizer(
     cfg: RunConfig, run_dir: Path, parent: Parent | None, ranks: distributed.Ranks
 ) -> tuple[Tokenizer, int | None, dict]:
-    """A new run's tokenizer, the pair count if BPE read the corpus, and its lineage for the card: the
-    parent's (train.init_from), another run's (tokenizer.from_run), or joint BPE learned here."""
+    """A new run's tokenizer, the pair count if BPE read the corpus, and its origin for the card: the
+    parent's tokenizer (train.init_from), another run's (tokenizer.from_run), or joint BPE learned
+    here; and the teacher of a distilled corpus (mt.run.parent.teacher_of)."""
+    teacher = teacher_of(cfg)
     if parent:
-        return parent.tokenizer, None, {"parent": parent.record()}
+        return parent.tokenizer, None, {"parent": parent.record()} | teacher
     if cfg.tokenizer.from_run:
         tokenizer, source = shared_tokenizer(cfg, run_dir)
-        return tokenizer, None, {"tokenizer_from": source}
-    return *joint_bpe(cfg, ranks), {}
+        return tokenizer, None, {"tokenizer_from": source} | teacher
+    return *joint_bpe(cfg, ranks), teacher
 
 
 def joint_bpe(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[Tokenizer, int | None]:
@@ -99,65 +86,9 @@ def training_corpus(
     return [corpus.load(folder) for folder in folders], folders
 
 
-def resume_checkpoint(cfg: RunConfig, run_dir: Path, world: int) -> tuple[dict, Tokenizer] | None:
-    """DIR/last.pt and DIR/spm.model to resume from (None: start fresh), once they are checked: the
-    same config up to RESUMABLE_KEYS, a tokenizer that fits, and as many processes as wrote it."""
-    path = run_dir / "last.pt"
-    if not path.exists():
-        return None
-    ckpt = load_checkpoint(path)
-    if any(k not in ckpt for k in RESUME_KEYS):
-        raise RunDirError(
-            f"{path}: not a checkpoint to resume from (it lacks the optimizer and training state, as "
-            f"best.pt, averaged.pt and ckpt-*.pt do); restore last.pt, or use --force-new"
-        )
-    stored = config_to_dict(stored_config(ckpt, path))
-    diff = config_differences(stored, config_to_dict(cfg), ignore=RESUMABLE_KEYS)
-    if diff:
-        changes = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
-        raise RunDirError(
-            f"{run_dir} holds a run with a different config ({changes}); resume with the same "
-            f"config, use another --run-dir, or --force-new to start over"
-        )
-    if len(ckpt["rng"]) != world:
-        raise RunDirError(
-            f"{path} was written by {len(ckpt['rng'])} processes, not {world}; resume with the "
-            f"same number for an exact resume"
-        )
-    read_metrics(run_dir / "metrics.jsonl")  # damage is reported now, before anything is written
-    read_card(run_dir)
-    return ckpt, run_tokenizer(run_dir, ckpt, path.name, "restore it or use --force-new")
-
-
-def restore(
-    ckpt: dict,
-    model: Seq2Seq,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    rank: int,
-    device: torch.device,
-) -> Progress:
-    """Load the checkpoint's states into the run's objects and this rank's RNGs; returns its counters."""
-    try:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(
-            checkpoint.fuse_adam_state(ckpt["optimizer"], model)
-            if ckpt.get("separate_qkv")
-            else ckpt["optimizer"]
-        )
-        scaler.load_state_dict(ckpt["scaler"])
-        set_rng_state(ckpt["rng"][rank], device)
-    except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:  # a damaged but loadable last.pt
-        detail = (str(e).splitlines() or [""])[0][:80]
-        raise RunDirError(
-            f"last.pt: damaged training state ({type(e).__name__}: {detail}); restore it, or use --force-new"
-        ) from None
-    return progress_of(ckpt)
-
-
 def best_so_far(p: Progress) -> str:
     return (
-        f"best val BLEU {p.best_bleu:.2f} at step {p.best_step}"
+        f"best val BLEU {p.best['bleu']:.2f} at step {p.best_step}"
         if p.validated_step >= 0
         else "no validation yet"
     )
@@ -167,7 +98,7 @@ def setup(
     cfg: RunConfig,
     run_dir: Path,
     force_new: bool,
-    resumed: tuple | None,
+    resumed: Resumed | None,
     ranks: distributed.Ranks,
     cleanup: contextlib.ExitStack,
 ) -> Session:
@@ -176,28 +107,26 @@ def setup(
     closes the files."""
     start_log = cleanup.enter_context(folder.run_log(logging.getLogger("mt"), ranks.main))
     log.info("run directory %s", run_dir)
-    device = start_device(cfg, ranks)
+    device = distributed.start_training(cfg.train, ranks)
     val_lines = load_split(cfg.data, "val") if ranks.main else None
     parent = None if resumed else parent_of(cfg, run_dir)
     tokenizer, pairs, origin = (
-        (resumed[1], None, {}) if resumed else new_tokenizer(cfg, run_dir, parent, ranks)
+        (resumed.tokenizer, None, {}) if resumed else new_tokenizer(cfg, run_dir, parent, ranks)
     )
-    origin |= {} if resumed else teacher_of(cfg)
     train_pairs, folders = training_corpus(cfg, tokenizer, pairs, ranks)
     val = make_validation(*val_lines, tokenizer, cfg.train.max_tokens) if ranks.main else None
     model, optimizer, scaler, progress = learner(cfg, tokenizer.vocab_size, device, resumed, parent, ranks)
     metrics = cleaning = None
     if ranks.main:  # the first write: the lock, then the run's files
-        step, board = (progress.step if resumed else None), folder.tensorboard_writer(cfg.train)
+        step = progress.step if resumed else None
         metrics, cleaning = first_writes(
-            cfg, run_dir, tokenizer, step, force_new, board, start_log, cleanup, folders[0]
+            cfg, run_dir, tokenizer, step, force_new, start_log, cleanup, folders[0]
         )
         if origin:  # recorded at once: a run stopped by a crash still names what it came from
             update_card(run_dir, config=config_section(cfg), parameters=count_parameters(model), **origin)
-    log_start(cfg, run_dir, progress if resumed else None, model, device, ranks, parent)
     # DDP wraps the model for training steps only; validation and saving use the plain module
     ddp = DistributedDataParallel(model, broadcast_buffers=False) if ranks.enabled else model
-    return Session(
+    s = Session(
         cfg,
         run_dir,
         ranks,
@@ -213,6 +142,8 @@ def setup(
         metrics,
         cleaning,
     )
+    log_start(s, resumed is not None, parent)
+    return s
 
 
 def first_writes(
@@ -221,37 +152,30 @@ def first_writes(
     tokenizer: Tokenizer,
     resume_step: int | None,
     force_new: bool,
-    board: type | None,
     start_log: Callable[[Path], None],
     cleanup: contextlib.ExitStack,
     corpus_folder: Path,
 ) -> tuple[MetricsLog, dict]:
     """Rank 0's writes once every check has passed: the lock, the run's files (folder.open_run_dir) and
     the list of the training pairs data.clean removed; the metrics log and the cleaning report."""
+    board = folder.tensorboard_writer(cfg.train)  # refused before the lock if its extra is missing
     cleanup.enter_context(folder.locked(run_dir))
     metrics = folder.open_run_dir(run_dir, cfg, tokenizer, resume_step, force_new, start_log, board)
     cleanup.callback(metrics.close)
     return metrics, corpus.cleaning_report(corpus_folder, run_dir / "removed-pairs.tsv")
 
 
-def log_start(
-    cfg: RunConfig,
-    run_dir: Path,
-    resumed: Progress | None,
-    model: Seq2Seq,
-    device: torch.device,
-    ranks: distributed.Ranks,
-    parent: Parent | None,
-) -> None:
+def log_start(s: Session, resumed: bool, parent: Parent | None) -> None:
     """The run's opening lines: where it resumes or starts from, and what trains on what."""
+    p = s.progress
     if resumed:
         log.info(
             "resuming %s/last.pt: step %d, epoch %d (batch %d), %s",
-            run_dir,
-            resumed.step,
-            resumed.epoch,
-            resumed.batch_index,
-            best_so_far(resumed),
+            s.run_dir,
+            p.step,
+            p.epoch,
+            p.batch_index,
+            best_so_far(p),
         )
     elif parent:
         log.info(
@@ -259,11 +183,11 @@ def log_start(
         )
     log.info(
         "model: %d parameters; device %s; precision %s; threads %d; processes %d",
-        count_parameters(model),
-        device,
-        cfg.train.precision,
+        count_parameters(s.model),
+        s.device,
+        s.cfg.train.precision,
         torch.get_num_threads(),
-        ranks.world,
+        s.ranks.world,
     )
 
 
@@ -271,7 +195,7 @@ def learner(
     cfg: RunConfig,
     vocab_size: int,
     device: torch.device,
-    resumed: tuple | None,
+    resumed: Resumed | None,
     parent: Parent | None,
     ranks: distributed.Ranks,
 ) -> tuple[Seq2Seq, torch.optim.Optimizer, torch.amp.GradScaler, Progress]:
@@ -290,7 +214,7 @@ def learner(
             model,
             optimizer,
             scaler,
-            restore(resumed[0], model, optimizer, scaler, ranks.rank, device),
+            restore(resumed.ckpt, model, optimizer, scaler, ranks.rank, device),
         )
     if ranks.enabled:
         torch.manual_seed(cfg.train.seed + 1000 * ranks.rank)  # different dropout masks per rank
@@ -346,30 +270,10 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
             precision=s.cfg.train.precision,
             code=code_version(),
             hardware=hardware(s.device, s.ranks.world),
-            training=training_section(s.cfg.train, p, interrupted or stop),
+            training=training_record(s.cfg.train, p, interrupted or stop),
             cleaning=s.cleaning,
         )
     return summary(p, stop, interrupted)
-
-
-def training_section(t: TrainConfig, p: Progress, stopped: str) -> dict:
-    """The card's account of the training: its counters, speed, best validation and why it stopped."""
-    return {
-        "steps": p.step,
-        "epochs": p.epoch,
-        "wall_s": round(p.elapsed_s, 1),
-        "train_s": round(p.train_seconds, 1),
-        "tokens_per_s": round(p.tokens / max(p.train_seconds, 1e-9), 1),
-        "best_step": p.best_step,
-        "best_metric": t.best_metric,
-        "best_val_bleu": p.best_bleu,
-        "best_val_chrf": p.best_chrf,
-        "best_val_loss": p.best_loss if p.validated_step >= 0 else None,
-        "valid_beam": t.valid_beam,
-        "nonfinite_skipped": p.nonfinite_total,
-        "fp16_overflows": p.scaler_skips,
-        "stopped": stopped,
-    }
 
 
 def summary(p: Progress, stop: str, interrupted: str = "") -> dict:
@@ -377,7 +281,7 @@ def summary(p: Progress, stop: str, interrupted: str = "") -> dict:
     return {
         "step": p.step,
         "epoch": p.epoch,
-        "best_bleu": p.best_bleu,
+        "best_bleu": p.best.get("bleu"),
         "best_step": p.best_step,
         "train_seconds": p.train_seconds,
         "elapsed_s": p.elapsed_s,

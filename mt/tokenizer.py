@@ -20,6 +20,11 @@ from mt.errors import ConfigError, RunDirError
 from mt.files import write_bytes
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+# sentencepiece's training threads are written into spm.model (its trainer_spec), though not into its
+# pieces (the same on Multi30k at 1, 2 and 4 threads): one fixed number, whatever the machine's cores,
+# keeps the same corpus's spm.model the same bytes and sha256 everywhere (tokenizer.from_run,
+# train.init_from and checkpoints compare it)
+SPM_THREADS = 2
 
 
 class Tokenizer:
@@ -111,7 +116,7 @@ class Tokenizer:
         return [i for n, i in enumerate(ids) if not (i == UNK and n and ids[n - 1] == UNK)]  # a run: one unk
 
     def decode(self, ids: list[list[int]]) -> list[str]:
-        return self.sp.decode(ids)
+        return self.sp.decode(ids) if ids else []  # sentencepiece gives "" for no lines
 
     def starts_word(self, piece_id: int) -> bool:
         """True for pieces that begin a word (sentencepiece's U+2581 prefix)."""
@@ -146,7 +151,7 @@ def train_tokenizer(
             bos_id=BOS,
             eos_id=EOS,
             shuffle_input_sentence=True,
-            num_threads=2,
+            num_threads=SPM_THREADS,
             minloglevel=2,
         )
     except RuntimeError as e:

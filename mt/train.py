@@ -26,10 +26,12 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt import distributed
 from mt.config import RunConfig, TrainConfig
+from mt.metrics import label
 from mt.run import checkpoint
 from mt.run.folder import read_metrics
-from mt.run.records import Progress, Window, progress_of
-from mt.session import Session, best_so_far, finish, resume_checkpoint, save, setup, summary, write_metrics
+from mt.run.records import Progress, Window
+from mt.run.resume import resume_checkpoint
+from mt.session import Session, best_so_far, finish, save, setup, summary, write_metrics
 from mt.step import StepStats, learning_rate, train_step
 from mt.validation import validate
 
@@ -161,14 +163,14 @@ def validate_and_save(s: Session) -> None:
             result["val_ppl"],
             result["val_bleu"],
             result["val_chrf"],
-            p.best_bleu,
+            p.best["bleu"],
             p.best_step,
             s.cfg.train.valid_beam,
             result["bleu_signature"],
         )
         warn_if_val_loss_rises(s)
-    improved, p.best_bleu, p.best_chrf, p.best_loss, p.best_step, p.bad_validations = distributed.from_main(
-        (improved, p.best_bleu, p.best_chrf, p.best_loss, p.best_step, p.bad_validations), s.ranks
+    improved, p.best, p.best_step, p.bad_validations = distributed.from_main(
+        (improved, p.best, p.best_step, p.bad_validations), s.ranks
     )
     p.validated_step = p.step
     save(s, "last.pt")
@@ -190,8 +192,7 @@ def stop_reason(t: TrainConfig, p: Progress) -> str:
     if time_capped(t, p):
         return f"reached train.max_minutes={t.max_minutes}"
     if t.patience and p.bad_validations >= t.patience:
-        metric = {"bleu": "BLEU", "chrf": "chrF", "loss": "loss"}[t.best_metric]
-        return f"no val {metric} gain in {t.patience} validations (train.patience)"
+        return f"no val {label(t.best_metric)} gain in {t.patience} validations (train.patience)"
     return ""
 
 
@@ -256,8 +257,8 @@ def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
     that stopped it, `stopped`: the stop condition)."""
     ranks, t, run_dir = distributed.ranks_from_env(), cfg.train, Path(run_dir)
     resumed = None if force_new else resume_checkpoint(cfg, run_dir, ranks.world)
-    if resumed and stop_reason(t, progress_of(resumed[0])):  # say so before loading any data
-        return already_finished(run_dir, t, progress_of(resumed[0]))
+    if resumed and stop_reason(t, resumed.progress):  # say so before loading any data
+        return already_finished(run_dir, t, resumed.progress)
     with contextlib.ExitStack() as cleanup:
         s = setup(cfg, run_dir, force_new, resumed, ranks, cleanup)
         p = s.progress

@@ -13,6 +13,11 @@ the run's CTranslate2 export (mt.ct2), checked to hold the same weights. Decodin
 DecodeConfig's fields, as keywords: those given to `from_run` change the run's decode config for every
 call, and a call may change any of them again but the engine and its compute type.
 
+Arguments: every method takes its lines as a list of str (any iterable of str) and gives a list, one
+item per line ([] for []); a str is refused with a TypeError rather than read as its characters, and
+an item that is not a str is a TypeError naming its index (`as_lines`). An unknown or ill-typed
+keyword is a ConfigError (a ValueError) from `decoding`, naming the keyword and the closest valid one.
+
 Threads: one Translator may be shared by threads. Its calls run one at a time (`lock`), because a
 model's buffers and a CTranslate2 translator's thread pool serve one search at a time; `mt serve`'s
 decoding thread is its one caller there.
@@ -20,7 +25,10 @@ decoding thread is its one caller there.
 
 from __future__ import annotations
 
+import os
+import reprlib
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +45,14 @@ from mt.files import file_sha256
 from mt.model import Seq2Seq
 from mt.run.folder import checkpoint_path, load_run
 from mt.score import Scored, score_lines
-from mt.sentences import join_lines, split_lines, splitter
+from mt.sentences import join_lines, sentences_of, splitter
 from mt.tokenizer import Tokenizer
 from mt.translate import translate_lines, translate_nbest
 
 FIXED_AT_OPEN = ("engine", "compute_type")  # the searcher is built for them
 
 
+@dataclass(eq=False, repr=False)  # a record of what was opened; compared and shown as an object
 class Translator:
     """A run opened for translation (see the module's docstring); `from_run` opens one.
 
@@ -54,32 +63,27 @@ class Translator:
     searcher          what translation searches with: `model`, an Ensemble with it, or a Ct2Model
     """
 
-    def __init__(
-        self,
-        run: Path,
-        checkpoint: Path,
-        config: RunConfig,
-        decode: DecodeConfig,
-        tokenizer: Tokenizer,
-        model: Seq2Seq,
-        searcher: Seq2Seq | Ensemble | Ct2Model,
-        device: torch.device,
-        ensemble: list[str],
-        spelling: Spelling = KEYWORD,
-    ):
-        self.run, self.checkpoint, self.config, self.decode = run, checkpoint, config, decode
-        self.tokenizer, self.model, self.searcher, self.device = tokenizer, model, searcher, device
-        self.ensemble, self.spelling = ensemble, spelling
-        self.lock = threading.RLock()  # held by every call; a caller may hold it across several
+    run: Path
+    checkpoint: Path
+    config: RunConfig
+    decode: DecodeConfig
+    tokenizer: Tokenizer
+    model: Seq2Seq
+    searcher: Seq2Seq | Ensemble | Ct2Model
+    device: torch.device
+    ensemble: list[str]
+    spelling: Spelling = KEYWORD
+    # held by every call; a caller may hold it across several
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
     @classmethod
     def from_run(
         cls,
         run: str | Path,
-        checkpoint: str = "best",
+        checkpoint: str | Path = "best",
         engine: str | None = None,
         device: str | torch.device = "auto",
-        ensemble: list[str] | tuple[str, ...] = (),
+        ensemble: list[str | Path] | tuple[str | Path, ...] = (),
         *,
         overrides: list[str] | tuple[str, ...] = (),
         whole_files: bool = True,
@@ -95,17 +99,21 @@ class Translator:
         (False: for a server's one batch at a time). spelling: how errors name an option (the CLI
         passes its flags'). options: DecodeConfig fields (None: the run's).
         """
-        run = Path(run)
+        run = Path(run)  # a str or Path; anything else is Path's TypeError
+        if not isinstance(checkpoint, (str, os.PathLike)):
+            raise TypeError(f"checkpoint: expected str or Path, got {described(checkpoint)}")
+        ensemble = as_lines("ensemble", ensemble, (str, os.PathLike))
+        overrides = as_lines("overrides", overrides)
         if engine == "torch" and options.get("compute_type") is None:  # a run's int8 is CTranslate2's
             options["compute_type"] = "default"
         path = checkpoint_path(run, checkpoint)  # once: "best" may warn that it falls back to last.pt
         config, tokenizer, model = load_run(run, str(path), overrides)
         decode = decoding(config.decode, {"engine": engine, **options}, spelling)
-        device = resolve_device(device) if isinstance(device, str) else device
+        device = device_of(device)
         model = model.to(device)
-        searcher = ensemble_of(run, list(ensemble), checkpoint, tokenizer, model, decode, spelling)
+        searcher = ensemble_of(run, ensemble, checkpoint, tokenizer, model, decode, spelling)
         searcher = engine_for(run, decode, tokenizer, searcher, device, whole_files)
-        return cls(run, path, config, decode, tokenizer, model, searcher, device, list(ensemble), spelling)
+        return cls(run, path, config, decode, tokenizer, model, searcher, device, ensemble, spelling)
 
     def options(self, **options: Any) -> DecodeConfig:
         """The decoding options in force with `options` changed (None: keep), checked."""
@@ -126,7 +134,7 @@ class Translator:
         split_sentences: each sentence of a line translated on its own (a prefix starts the first's),
         the translations joined with a space."""
         decode = self.options(**options)
-        one_per_line("prefixes", prefixes, lines, ' ("" for none)')
+        lines, prefixes = self._lines_and_prefixes(lines, prefixes)
         with self.lock:
             return self._by_sentence(translate_lines, lines, prefixes, decode, " ".join)
 
@@ -137,19 +145,28 @@ class Translator:
         order drawn); `translate`'s batching and prefixes. split_sentences (n_best 1): the joined
         translation, scored with the sum of its sentences' scores."""
         decode = self.options(**options)
-        one_per_line("prefixes", prefixes, lines, ' ("" for none)')
+        lines, prefixes = self._lines_and_prefixes(lines, prefixes)
         with self.lock:
             return self._by_sentence(translate_nbest, lines, prefixes, decode, join_best)
 
+    @staticmethod
+    def _lines_and_prefixes(lines: Any, prefixes: Any) -> tuple[list[str], list[str] | None]:
+        """translate's and nbest's arguments checked (`as_lines`), one prefix per line."""
+        lines = as_lines("lines", lines)
+        prefixes = None if prefixes is None else as_lines("prefixes", prefixes)
+        one_per_line("prefixes", prefixes, lines, ' ("" for none)')
+        return lines, prefixes
+
     def _by_sentence(self, search, lines: list[str], prefixes: list[str] | None, decode: DecodeConfig, join):
         """search(...) over the lines, or with decode.split_sentences over their sentences, joined."""
-        lines = list(lines)
+        if not lines:  # nothing to search: no batch is made
+            return []
         if not decode.split_sentences:
             return search(
                 self.searcher, self.tokenizer, lines, decode, self.device, self.max_source, prefixes
             )
         split = splitter(self.spelling.name("split_sentences"))
-        sentences, counts = split_lines(lines, self.config.data.src_lang, split)
+        sentences, counts = sentences_of(lines, self.config.data.src_lang, split)
         if prefixes is not None:  # a line's prefix starts its first sentence's translation
             prefixes = [p for prefix, n in zip(prefixes, counts) for p in [prefix] + [""] * (n - 1)]
         found = search(
@@ -171,26 +188,29 @@ class Translator:
         """What `mt score` prints: each reference's teacher-forced log-probability given its source, per
         piece and eos, their sum, and the GNMT score (length_penalty) that n-best lists rank by."""
         decode = self.options(**options)
+        sources, references = as_lines("sources", sources), as_lines("references", references)
         one_per_line("references", references, sources)
         with self.lock:
-            return score_lines(
-                self.model, self.tokenizer, list(sources), list(references), decode, self.device
-            )
+            return score_lines(self.model, self.tokenizer, sources, references, decode, self.device)
 
     def align(self, lines: list[str], translations: list[str], **options: Any) -> list[str]:
         """Each line's word alignment to its translation (any engine's), Pharaoh `i-j` pairs read from
         the torch model's last cross-attention (not with split_sentences: `alignable`)."""
         self.alignable(**options)
+        lines, translations = as_lines("lines", lines), as_lines("translations", translations)
         one_per_line("translations", translations, lines)
         with self.lock:
-            return line_alignments(self.model, self.tokenizer, list(lines), list(translations))
+            return line_alignments(self.model, self.tokenizer, lines, translations)
 
     def attention(self, lines: list[str], **options: Any) -> list[AttentionMap]:
         """Translate the lines as one batch with the torch model and return each one's attention, of
         every kind and layer, padding included (`mt attention`, the page's /attention)."""
         decode = self.options(**options)
+        lines = as_lines("lines", lines)
+        if not lines:  # attention_maps takes a batch of at least one line
+            return []
         with self.lock:
-            return attention_maps(self.model, self.tokenizer, list(lines), decode, self.device)
+            return attention_maps(self.model, self.tokenizer, lines, decode, self.device)
 
     def export(self, quantization: str = "none", out: str | Path | None = None) -> Path:
         """`mt export`: the checkpoint as a CTranslate2 model directory (default RUN/ct2, which engine
@@ -214,6 +234,47 @@ class Translator:
 def join_best(found: list[list[tuple[str, float]]]) -> list[tuple[str, float]]:
     """A line's sentences' 1-best (translation, score) pairs as the line's: texts joined, scores summed."""
     return [(" ".join(hyps[0][0] for hyps in found), sum(hyps[0][1] for hyps in found))]
+
+
+def as_lines(name: str, lines: Any, kind: type | tuple[type, ...] = str) -> list:
+    """`lines` (a list, tuple or any iterable of `kind`) as a list, else a TypeError naming the
+    argument `name`, or the item by its index, and what was given. A str is refused, not read as its
+    characters: every method gives a list, one item per line, and one line goes in as a list of one
+    (docs/api.md, "Arguments", says why a str is not taken as one line)."""
+    expected = "str" if kind is str else "str or Path"
+    if isinstance(lines, (str, bytes)):
+        raise TypeError(
+            f"{name}: expected a list of {expected}, got {described(lines)}; pass a list: "
+            f"[{reprlib.repr(lines)}]"
+        )
+    try:
+        lines = list(lines)
+    except TypeError:
+        raise TypeError(f"{name}: expected a list of {expected}, got {described(lines)}") from None
+    for i, line in enumerate(lines):
+        if not isinstance(line, kind):
+            raise TypeError(f"{name}[{i}]: expected {expected}, got {described(line)}")
+    return lines
+
+
+def described(value: Any) -> str:
+    """How a TypeError shows a value given: "int 3", "str 'Der Hund.'", "None"."""
+    return "None" if value is None else f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+def device_of(device: Any) -> torch.device:
+    """from_run's `device` ("auto", "cpu", "cuda", "cuda:1" or a torch.device) as a torch.device, or one
+    clear error (torch's names every device type it knows)."""
+    if isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"device: expected str or torch.device, got {described(device)}")
+    try:
+        return resolve_device(device)
+    except RuntimeError:
+        raise ConfigError(
+            f"device={device}: not a device; pass auto, cpu or cuda (cuda:N)", "device"
+        ) from None
 
 
 def one_per_line(name: str, items: list[str] | None, lines: list[str], none: str = "") -> None:

@@ -16,7 +16,8 @@ decoding a whole sorted file). One full pass over the test set
 through the server is also compared line by line with `mt translate`'s output.
 
 Prints a Markdown table and writes --out (JSON). Run nothing else meanwhile: 2 cores are shared by
-the clients, the server and its decoding thread.
+the clients, the server and its decoding thread. The decoding flags are `mt serve`'s, given alike to
+`mt translate`, the server and the in-process timings (--engine torch unless given).
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ import threading
 import time
 from pathlib import Path
 
+from measure import as_flags, decoding_flags, decoding_given, open_run, timed
+
 from mt.config import read_saved_config
 from mt.data import load_split
-from mt.translator import Translator
 
 
 def free_port() -> int:
@@ -50,19 +52,14 @@ def post(conn: http.client.HTTPConnection, lines: list[str]) -> tuple[int, dict]
     return response.status, json.loads(response.read())
 
 
-def baseline(run: str, lines: list[str], engine: list[str]) -> tuple[float, list[str]]:
+def baseline(run: str, lines: list[str], flags: list[str]) -> tuple[float, list[str]]:
     """`mt translate` as a user runs it: (wall seconds, model loading included; its output lines)."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "test.de"
         src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        start = time.perf_counter()
-        out = subprocess.run(
-            [sys.executable, "-m", "mt", "translate", "--run", run, "--input", str(src), *engine],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        return time.perf_counter() - start, out.split("\n")[:-1]
+        command = [sys.executable, "-m", "mt", "translate", "--run", run, "--input", str(src), *flags]
+        seconds, done = timed(lambda: subprocess.run(command, capture_output=True, text=True, check=True))
+        return seconds, done.stdout.split("\n")[:-1]
 
 
 def client(port: int, lines: list[str], start: int, per_request: int, deadline: float, out: list) -> None:
@@ -81,15 +78,13 @@ def client(port: int, lines: list[str], start: int, per_request: int, deadline: 
     conn.close()
 
 
-def in_process(run: str, lines: list[str], size: int, engine: str, beam: int | None = None) -> float:
+def in_process(run: str, lines: list[str], size: int, args: argparse.Namespace) -> float:
     """Sentences/s of `Translator.nbest` (what `mt translate` does once loaded) on consecutive groups
     of `size` lines, in this process, without HTTP: with size = all lines, `mt translate`'s rate; with
     the lines the clients keep in flight, the most the server could do with the batches it can form."""
-    translator = Translator.from_run(run, engine=engine, device="cpu", beam=beam)
-    start = time.perf_counter()
-    for i in range(0, len(lines), size):
-        translator.nbest(lines[i : i + size])
-    return len(lines) / (time.perf_counter() - start)
+    translator = open_run(run, args, device="cpu")
+    seconds, _ = timed(lambda: [translator.nbest(lines[i : i + size]) for i in range(0, len(lines), size)])
+    return len(lines) / seconds
 
 
 def batches(port: int) -> int:
@@ -131,7 +126,7 @@ def level(port: int, lines: list[str], clients: int, seconds: float, per_request
     }
 
 
-def start_server(run: str, port: int, engine: list[str]) -> subprocess.Popen:
+def start_server(run: str, port: int, flags: list[str]) -> subprocess.Popen:
     server = subprocess.Popen(
         [
             sys.executable,
@@ -144,7 +139,7 @@ def start_server(run: str, port: int, engine: list[str]) -> subprocess.Popen:
             str(port),
             "--max-queue",
             "4096",
-            *engine,
+            *flags,
         ],
         stderr=subprocess.PIPE,
         text=True,
@@ -168,15 +163,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--lines-per-request", type=int, default=1)
     parser.add_argument("--out", default="bench_serve.json")
-    parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"])
-    parser.add_argument("--beam", type=int, help="the server's beam (default: the run's decode.beam)")
+    decoding_flags(parser, engine="torch")
     args = parser.parse_args()
-    engine = ["--engine", args.engine, *(["--beam", str(args.beam)] if args.beam else [])]
+    flags = as_flags(decoding_given(args))  # for `mt translate` and `mt serve`
     cfg = read_saved_config(Path(args.run) / "config.yaml")
     lines = load_split(cfg.data, "test")[0]
-    wall, reference = baseline(args.run, lines, engine)
+    wall, reference = baseline(args.run, lines, flags)
     # noisy: the mean time of two
-    rate = 2 / sum(1 / in_process(args.run, lines, len(lines), args.engine, args.beam) for _ in range(2))
+    rate = 2 / sum(1 / in_process(args.run, lines, len(lines), args) for _ in range(2))
     translate = {
         "sentences": len(lines),
         "wall_s": round(wall, 2),
@@ -185,11 +179,10 @@ def main() -> None:
         "sentences_per_s_with_load": round(len(lines) / wall, 2),
     }
     ceiling = {
-        n: round(in_process(args.run, lines, n * args.lines_per_request, args.engine, args.beam), 2)
-        for n in args.clients
+        n: round(in_process(args.run, lines, n * args.lines_per_request, args), 2) for n in args.clients
     }
     port = free_port()
-    server = start_server(args.run, port, engine)
+    server = start_server(args.run, port, flags)
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
         served = [

@@ -5,20 +5,19 @@
 Prints one JSON line: wall seconds (under the profiler), decoder steps, rows decoded (the sum over
 steps of the batch rows a step computes), ms per step, and the split of that time into matmuls,
 attention, top-k, log-softmax, cache copies, other tensor ops and Python (wall time no op accounts
-for). Then, with --table, torch's own top-20 table of ops by self CPU time.
+for). Then, with --table, torch's own top-20 table of ops by self CPU time. The decoding flags are
+`mt translate`'s search options (torch on the CPU), but that --beam is 5 unless given.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
 
+from measure import decoding_flags, open_run, split_of, timed
 from torch.profiler import ProfilerActivity, profile
 
-from mt.data import load_split
 from mt.translate import search_lines
-from mt.translator import Translator
 
 KINDS = {  # profiler op name -> kind; ops not listed are "other ops"
     "matmul": ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm"),
@@ -42,12 +41,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True)
     parser.add_argument("--split", default="test", choices=["test", "val"])
-    parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--table", action="store_true")
+    # what the profiler times is fixed: torch's ops, each line decoded whole
+    decoding_flags(parser, skip=("n_best", "engine", "compute_type", "split_sentences"), beam=5)
     args = parser.parse_args()
-    translator = Translator.from_run(args.run, engine="torch", device="cpu", beam=args.beam)
-    cfg, tokenizer, model = translator.config, translator.tokenizer, translator.model
-    src, _ = load_split(cfg.data, args.split)
+    translator = open_run(args.run, args, engine="torch", device="cpu")
+    tokenizer, model = translator.tokenizer, translator.model
+    src, _ = split_of(translator, args.split)
     search_lines(model, tokenizer, src[:50], translator.decode)  # warm up allocator and kernels
     steps, rows = [0], [0]
     decode = model.decode
@@ -57,11 +57,13 @@ def main() -> None:
         rows[0] += tgt_in.size(0)
         return decode(tgt_in, *rest, **kw)
 
+    def profiled() -> profile:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            search_lines(model, tokenizer, src, translator.decode)
+        return prof
+
     model.decode = counted
-    start = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        search_lines(model, tokenizer, src, translator.decode)
-    wall = time.perf_counter() - start
+    wall, prof = timed(profiled)
     self_ms = {e.key: e.self_cpu_time_total / 1000 for e in prof.key_averages()}
     split = {kind: sum(self_ms.get(op, 0.0) for op in ops) for kind, ops in KINDS.items()}
     split["other ops"] = sum(self_ms.values()) - sum(split.values())
@@ -69,7 +71,7 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "beam": args.beam,
+                "beam": translator.decode.beam,
                 "wall_s": round(wall, 2),
                 "steps": steps[0],
                 "rows": rows[0],

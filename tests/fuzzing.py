@@ -314,7 +314,7 @@ def last_checkpoint(ws: Workspace, data: bytes) -> Outcome:
 
     from mt.config import read_saved_config
     from mt.model import Seq2Seq
-    from mt.session import restore, resume_checkpoint
+    from mt.run.resume import restore, resume_checkpoint
 
     run, _ = ws.fresh()
     (run / "last.pt").write_bytes(data)
@@ -324,10 +324,10 @@ def last_checkpoint(ws: Workspace, data: bytes) -> Outcome:
         cfg = read_saved_config(run / "config.yaml")
         found = resume_checkpoint(cfg, run, 1)
         if found:
-            model = Seq2Seq(cfg.model, found[1].vocab_size)
+            model = Seq2Seq(cfg.model, found.tokenizer.vocab_size)
             optimizer = torch.optim.Adam(model.parameters())
             restore(
-                found[0],
+                found.ckpt,
                 model,
                 optimizer,
                 torch.amp.GradScaler("cuda", enabled=False),
@@ -360,7 +360,7 @@ def card_json(ws: Workspace, data: bytes) -> Outcome:
 def metrics_jsonl(ws: Workspace, data: bytes) -> Outcome:
     """`mt report` (and the resume checks) on a run with a damaged metrics.jsonl."""
     from mt.config import read_saved_config
-    from mt.session import resume_checkpoint
+    from mt.run.resume import resume_checkpoint
 
     run, tmp = ws.fresh()
     (run / "metrics.jsonl").write_bytes(data)

@@ -12,7 +12,7 @@ from mt.batching import (
     batch_sizes,
     epoch_plan,
     fill_ratio,
-    gather,
+    gather_rows,
     make_batch,
     source_batch,
     token_batches,
@@ -171,7 +171,7 @@ def test_uint16_pairs_batch_as_int32_pairs_do_ids_above_32767_included():
     rows = torch.tensor([1, 0])
     for a, b in zip(vars(wide.batch(rows)).values(), vars(narrow.batch(rows)).values()):
         assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
-    assert gather(narrow.src, torch.tensor([2, 1, 3])).tolist() == [65535, 40000, 32768]
+    assert gather_rows(narrow.src, torch.tensor([2, 1, 3])).tolist() == [65535, 40000, 32768]
     part = narrow.subset(rows)
     assert part.src.dtype == torch.uint16 and part.src_len.dtype == torch.uint16
     assert torch.equal(part.batch(torch.arange(2)).tgt_out, wide.batch(rows).tgt_out)

@@ -9,14 +9,19 @@ import torch
 from conftest import TEXT_MODEL, run_main, train_on_toy
 
 from mt.batching import make_batch
-from mt.ct2 import Ct2Model, ctranslate2, export_model, vocabulary
+from mt.config import ModelConfig
+from mt.ct2 import DECODE_FIELDS, MODEL_FIELDS, Ct2Model, ctranslate2, export_model, unmapped, vocabulary
 from mt.decode_config import DecodeConfig
 from mt.errors import ConfigError, RunDirError
 from mt.metrics import corpus_scores
 from mt.model import Seq2Seq
 from mt.translate import search_lines, translate_lines
 
-ct2 = pytest.importorskip("ctranslate2")
+try:
+    import ctranslate2 as ct2
+except ImportError:  # the tests that need it skip; the ones of its absence and of mt's tables run
+    ct2 = None
+needs_ct2 = pytest.mark.skipif(ct2 is None, reason="needs CTranslate2: pip install -e '.[ctranslate2]'")
 
 SOURCES = ["ein Hund läuft im Park .", "zwei Männer", "eine Frau mit einem roten Hut sitzt auf einer Bank ."]
 TARGETS = ["a dog runs in the park .", "two men and a woman", "a woman"]
@@ -31,6 +36,7 @@ def loaded(folder, model, tokenizer, **decode) -> Ct2Model:
     return Ct2Model(folder, model, tokenizer, DecodeConfig(**decode), "cpu", (1, 1))
 
 
+@needs_ct2
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_teacher_forced_scores_equal_mts_log_probabilities_in_a_padded_batch(tokenizer, tmp_path, norm):
     torch.manual_seed(0)
@@ -69,6 +75,7 @@ def agreeing(mine: list, theirs: list) -> int:
     return sum(a[0].tokens == b[0].tokens for a, b in zip(mine, theirs))
 
 
+@needs_ct2
 @pytest.mark.slow
 def test_greedy_and_beam_5_are_identical_with_mts_scores(trained_model, tokenizer, trained_export, toy):
     lines = toy["test"][0][:200]
@@ -81,6 +88,7 @@ def test_greedy_and_beam_5_are_identical_with_mts_scores(trained_model, tokenize
         assert agreeing(mine, theirs) >= 198, beam
 
 
+@needs_ct2
 @pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 5])
 def test_no_repeat_ngram_decodes_as_mts(trained_model, tokenizer, trained_export, toy, beam):
@@ -91,6 +99,7 @@ def test_no_repeat_ngram_decodes_as_mts(trained_model, tokenizer, trained_export
     assert agreeing(mine, theirs) >= 100  # 101 of 101 here
 
 
+@needs_ct2
 @pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 5])
 def test_forced_prefixes_decode_as_mts(trained_model, tokenizer, trained_export, toy, beam):
@@ -103,6 +112,7 @@ def test_forced_prefixes_decode_as_mts(trained_model, tokenizer, trained_export,
     assert agreeing(mine, theirs) >= 59  # 60 of 60 here; scores with the prefix's own (ct2._collect)
 
 
+@needs_ct2
 @pytest.mark.slow
 def test_n_best_lists_are_ranked_by_mts_length_penalty(trained_model, tokenizer, trained_export):
     cfg = DecodeConfig(beam=4, n_best=3, length_penalty=0.6)
@@ -112,6 +122,7 @@ def test_n_best_lists_are_ranked_by_mts_length_penalty(trained_model, tokenizer,
         assert h.score == pytest.approx(h.logprob / ((5 + len(h.tokens) + 1) / 6) ** 0.6)
 
 
+@needs_ct2
 @pytest.mark.slow
 def test_int8_bleu_stays_near_float32(trained_model, tokenizer, trained_export, toy):
     src, ref = toy["test"][0][:300], toy["test"][1][:300]
@@ -126,6 +137,7 @@ def test_int8_bleu_stays_near_float32(trained_model, tokenizer, trained_export, 
     assert bleu["float32"] > 55 and bleu["int8"] > bleu["float32"] - 4, bleu
 
 
+@needs_ct2
 @pytest.mark.slow
 def test_odd_lines_stay_aligned(trained_model, tokenizer, trained_export):
     long = " ".join(["ein Hund"] * 80)  # more pieces than the model's positions: translated in parts
@@ -144,6 +156,7 @@ def test_without_the_package_the_engine_is_refused_in_one_line(monkeypatch):
     )
 
 
+@needs_ct2
 @pytest.mark.slow
 def test_a_quantized_export_leaves_the_model_as_it_was_and_loads(text_model, tokenizer, tmp_path):
     """CTranslate2 quantizes a spec's arrays in place: they must be copies, not the model's own."""
@@ -154,6 +167,7 @@ def test_a_quantized_export_leaves_the_model_as_it_was_and_loads(text_model, tok
     loaded(folder, text_model, tokenizer)  # its fingerprint is the checkpoint's weights'
 
 
+@needs_ct2
 @pytest.mark.slow
 def test_other_weights_and_damaged_exports_are_refused(trained_model, text_model, tokenizer, tmp_path):
     folder = exported(trained_model, tokenizer, tmp_path / "ct2")
@@ -170,6 +184,7 @@ def test_other_weights_and_damaged_exports_are_refused(trained_model, text_model
         loaded(folder, trained_model, tokenizer)
 
 
+@needs_ct2
 def test_export_then_translate_and_evaluate_with_the_engine(run, tmp_path, capsys):
     code, err = run_main(capsys, "translate", "--run", str(run), "--engine", "ctranslate2")
     assert code == 2 and "ct2: no CTranslate2 export" in err and "mt export --run" in err
@@ -201,6 +216,7 @@ def test_export_then_translate_and_evaluate_with_the_engine(run, tmp_path, capsy
     assert (code, err) == (2, "mt: error: --compute-type int8 is CTranslate2's: add --engine ctranslate2\n")
 
 
+@needs_ct2
 @pytest.mark.slow
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_a_deep_encoder_and_shallow_decoder_export_with_identical_greedy_outputs(
@@ -218,3 +234,35 @@ def test_a_deep_encoder_and_shallow_decoder_export_with_identical_greedy_outputs
         loaded(exported(model, tokenizer, tmp_path / "ct2"), model, tokenizer), tokenizer, lines, decode
     )
     assert agreeing(mine, theirs) >= 99
+
+
+def test_every_model_and_decoding_field_is_mapped_to_ctranslate2_or_refused():
+    """A field the tables of mt.ct2 do not name is refused when set, in one line: a new ModelConfig or
+    DecodeConfig field can never be silently ignored by the CTranslate2 engine."""
+    for config, table in ((ModelConfig, MODEL_FIELDS), (DecodeConfig, DECODE_FIELDS)):
+        assert set(table) == {f.name for f in dataclasses.fields(config)}
+    for config, table, section in (
+        (ModelConfig, MODEL_FIELDS, "model"),
+        (DecodeConfig, DECODE_FIELDS, "decode"),
+    ):
+        unmapped(config(), table, section)  # the defaults pass
+        extended = dataclasses.make_dataclass(
+            "Extended", [("rope", bool, dataclasses.field(default=False))], bases=(config,), frozen=True
+        )
+        unmapped(extended(), table, section)  # a new field at its default changes nothing
+        with pytest.raises(ConfigError) as e:
+            unmapped(extended(rope=True), table, section)
+        assert str(e.value) == (
+            f"{section}.rope: True is not mapped to CTranslate2 (mt/ct2.py), which would ignore it; "
+            f"decode with the torch engine, or map it in mt.ct2's {section} table"
+        )
+        assert e.value.key == "rope"
+
+
+@needs_ct2
+def test_a_search_refuses_an_option_the_engine_does_not_map(text_model, tokenizer, tmp_path, monkeypatch):
+    folder = exported(text_model, tokenizer, tmp_path / "ct2")
+    engine = loaded(folder, text_model, tokenizer)
+    monkeypatch.delitem(DECODE_FIELDS, "no_repeat_ngram")  # as a field nobody mapped
+    with pytest.raises(ConfigError, match=r"^decode.no_repeat_ngram: 3 is not mapped to CTranslate2"):
+        search_lines(engine, tokenizer, ["ein Hund"], DecodeConfig(engine="ctranslate2", no_repeat_ngram=3))

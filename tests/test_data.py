@@ -13,7 +13,7 @@ import pytest
 from conftest import run_main, sets
 
 from mt.config import DataConfig
-from mt.data import load_split, multi30k_dir, normalize, read_lines, read_parallel, split_lines
+from mt.data import load_split, multi30k_dir, normalize, read_lines, read_parallel, text_lines
 from mt.errors import DataError
 
 SHARED = os.environ.get("MT_DATA_DIR", "")
@@ -57,8 +57,8 @@ def test_control_characters_become_spaces():
 
 def test_split_lines_only_on_newline():
     # U+2028, U+0085 and form feeds are not line breaks for wc -l, so they must not be for us either
-    assert split_lines("a\u2028b\x0cc\x85d\r\ne\n\nf") == ["a\u2028b\x0cc\x85d", "e", "", "f"]
-    assert split_lines("x\n") == ["x"] and split_lines("") == [] and split_lines("\n") == [""]
+    assert text_lines("a\u2028b\x0cc\x85d\r\ne\n\nf") == ["a\u2028b\x0cc\x85d", "e", "", "f"]
+    assert text_lines("x\n") == ["x"] and text_lines("") == [] and text_lines("\n") == [""]
 
 
 def test_read_lines_crlf_and_unicode_separators(tmp_path):

@@ -1,7 +1,12 @@
 """mt/distill.py: a teacher's translations of its training sources, made once, line-aligned, resumable
-after a kill, checked on reuse; the student trained on them records its teacher."""
+after a kill, checked on reuse; the student trained on them records its teacher.
 
+The fast tests distill with `small_teacher`, the shared tiny run on a corpus of 30 pairs; the slow ones
+with `teacher_run`, trained long enough that its translations say something."""
+
+import dataclasses
 import json
+import re
 
 import pytest
 from conftest import ROOT, run_main, sets
@@ -12,10 +17,42 @@ from mt.data import load_split
 from mt.distill import distill
 from mt.errors import DataError
 from mt.files import file_sha256
+from mt.run.folder import load_run
 from mt.train import train
+from mt.translate import translate_lines
 from mt.translator import Translator
 
-pytestmark = pytest.mark.slow
+
+@pytest.fixture
+def small_teacher(trained, toy, tmp_path) -> Translator:
+    """The shared tiny run (4 updates) opened as the teacher of a 30-pair corpus (5 val and test pairs),
+    with beam 2: its greedy translations are all "", its beam's differ from line to line."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for split, n in (("train", 30), ("val", 5), ("test", 5)):
+        for lang, lines in zip(("de", "en"), toy[split]):
+            (folder / f"{split}.{lang}").write_text(
+                "".join(line + "\n" for line in lines[:n]), encoding="utf-8"
+            )
+    return Translator.from_run(trained[0], device="cpu", beam=2, overrides=[f"data.dir={folder}"])
+
+
+def test_a_small_teachers_corpus_is_its_models_search_line_by_line_and_found_again(small_teacher, tmp_path):
+    folder = distill(small_teacher, tmp_path / "out")
+    assert re.fullmatch(r"run-train-beam2-[0-9a-f]{16}", folder.name)  # the run, the settings, their key
+    sources, _ = load_split(small_teacher.config.data, "train")
+    config, tokenizer, model = load_run(small_teacher.run)  # the model searched directly, not the API
+    decode = dataclasses.replace(config.decode, beam=2)
+    expected = translate_lines(model, tokenizer, sources, decode, max_source_pieces=config.data.max_len)
+    assert len(sources) == 30 and len(set(expected)) > 10
+    assert (folder / "train.de").read_text().splitlines() == sources
+    assert (folder / "train.en").read_text().splitlines() == expected
+    for split in ("val", "test"):
+        held_out = load_split(small_teacher.config.data, split)[1]
+        assert (folder / f"{split}.en").read_text().splitlines() == held_out and len(held_out) == 5
+    record = json.loads((folder / "teacher.json").read_text())
+    assert record["sha256"] == [file_sha256(small_teacher.run / "best.pt")] and record["decode"]["beam"] == 2
+    assert distill(small_teacher, tmp_path / "out") == folder and not list(folder.glob("*.partial"))
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +70,7 @@ def teacher_run(tiny, tmp_path_factory):
     return run, overrides
 
 
+@pytest.mark.slow
 def test_the_distilled_corpus_is_the_teachers_translations_line_by_line(teacher_run, tmp_path):
     teacher = Translator.from_run(teacher_run[0], device="cpu", beam=2)
     folder = distill(teacher, tmp_path)
@@ -46,13 +84,14 @@ def test_the_distilled_corpus_is_the_teachers_translations_line_by_line(teacher_
         assert (folder / f"{split}.en").read_text().splitlines() == load_split(teacher.config.data, split)[1]
     record = json.loads((folder / "teacher.json").read_text())
     assert record["sha256"] == [file_sha256(teacher_run[0] / "best.pt")] and record["decode"]["beam"] == 2
-    assert folder.name.startswith("run-train-beam2-ens1-") or folder.name.startswith("run-train-beam2-")
+    assert re.fullmatch(r"run-train-beam2-[0-9a-f]{16}", folder.name)
     assert distill(teacher, tmp_path) == folder  # found again, not made again
     other = distill(teacher, tmp_path / "elsewhere")  # made again: the same bytes
     assert (other / "train.en").read_bytes() == (folder / "train.en").read_bytes()
     assert distill(Translator.from_run(teacher_run[0], device="cpu", beam=1), tmp_path) != folder
 
 
+@pytest.mark.slow
 def test_with_references_the_original_pairs_follow_the_teachers(teacher_run, tmp_path, capsys):
     teacher = Translator.from_run(teacher_run[0], device="cpu")
     plain = distill(teacher, tmp_path)
@@ -71,10 +110,10 @@ def test_with_references_the_original_pairs_follow_the_teachers(teacher_run, tmp
     assert not list(folder.glob("*.partial"))
 
 
-def test_a_killed_distillation_resumes_to_the_same_file(teacher_run, tmp_path, monkeypatch):
-    teacher = Translator.from_run(teacher_run[0], device="cpu")
+def test_a_killed_distillation_resumes_to_the_same_file(small_teacher, tmp_path, monkeypatch):
+    teacher = small_teacher
     whole = distill(teacher, tmp_path / "whole")
-    monkeypatch.setattr(distill_module, "CHUNK", 150)
+    monkeypatch.setattr(distill_module, "CHUNK", 12)
     calls, translate = [], teacher.translate
 
     def killed(lines, *args, **kwargs):
@@ -87,17 +126,17 @@ def test_a_killed_distillation_resumes_to_the_same_file(teacher_run, tmp_path, m
     with pytest.raises(KeyboardInterrupt):
         distill(teacher, tmp_path / "killed")
     (partial,) = (tmp_path / "killed").glob("*/train.en.partial")
-    assert len(partial.read_text().splitlines()) == 150
+    assert len(partial.read_text().splitlines()) == 12
     with open(partial, "a") as f:
         f.write("half a li")  # the kill cut a line: it is dropped
     resumed = distill(teacher, tmp_path / "killed")
-    assert calls[2:] == [150, 100]  # the 250 lines it lacked
+    assert calls[2:] == [12, 6]  # the 18 lines it lacked
     assert (resumed / "train.en").read_bytes() == (whole / "train.en").read_bytes()
-    assert json.loads((resumed / "teacher.json").read_text())["resumed_at"] == 150
+    assert json.loads((resumed / "teacher.json").read_text())["resumed_at"] == 12
 
 
-def test_a_damaged_distilled_corpus_is_refused_in_one_line(teacher_run, tmp_path):
-    teacher = Translator.from_run(teacher_run[0], device="cpu")
+def test_a_damaged_distilled_corpus_is_refused_in_one_line(small_teacher, tmp_path):
+    teacher = small_teacher
     folder = distill(teacher, tmp_path)
     (folder / "train.en").write_text("damaged\n")
     with pytest.raises(DataError) as e:
@@ -108,6 +147,7 @@ def test_a_damaged_distilled_corpus_is_refused_in_one_line(teacher_run, tmp_path
     )
 
 
+@pytest.mark.slow
 def test_a_student_records_its_teacher(teacher_run, tmp_path):
     folder = distill(Translator.from_run(teacher_run[0], device="cpu"), tmp_path, references=True)
     overrides = [*teacher_run[1], f"data.dir={folder}", "model.encoder_layers=2", "model.decoder_layers=1"]
@@ -119,6 +159,7 @@ def test_a_student_records_its_teacher(teacher_run, tmp_path):
     assert teacher["translate_s"] >= 0 and teacher["references"] is True
 
 
+@pytest.mark.slow
 def test_mt_distill_refuses_a_teacher_ensemble_with_another_tokenizer(teacher_run, tmp_path, capsys):
     other = tmp_path / "other"
     overrides = [*teacher_run[1], "tokenizer.vocab_size=150"]

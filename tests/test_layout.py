@@ -44,6 +44,7 @@ LAYERS = {
         "run.card",
         "run.checkpoint",
         "run.folder",
+        "run.resume",
         "run.parent",
     ],
     "Training": ["step", "session", "train"],
@@ -206,3 +207,13 @@ def test_the_tree_is_formatted_and_linted():
             timeout=120,
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]
+
+
+def test_no_public_name_is_defined_twice():
+    """A public function or class has one home: `from mt.x import name` never has two meanings."""
+    homes: dict[str, list[str]] = {}
+    for path in [*PACKAGE.glob("*.py"), *PACKAGE.glob("*/*.py")]:
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                homes.setdefault(node.name, []).append(path.relative_to(PACKAGE).as_posix())
+    assert {name: files for name, files in homes.items() if len(files) > 1} == {}

@@ -1,12 +1,16 @@
 """mt/run/records.py: the one description of each run file, the check every reader makes with it, and
 Progress, whose train.best_metric decides what improves."""
 
+import dataclasses
 import json
+import math
 
 import pytest
 import torch
 
-from mt.run.records import Card, Checkpoint, Progress, Result, metrics_row_problem, problem
+from mt.metrics import BY_KEY
+from mt.run.records import Card, Checkpoint, Progress, Result, current_progress, metrics_row_problem, problem
+from mt.schema import build
 
 
 def test_metrics_rows_are_told_apart_by_their_kind():
@@ -39,8 +43,29 @@ def test_best_metric_decides_what_improves(metric, expected, best):
         progress.record({"val_bleu": b, "val_chrf": c, "val_loss": loss}, metric) for b, c, loss in results
     ]
     assert got == expected
-    assert (progress.best_bleu, progress.best_chrf, progress.best_loss) == best  # the best validation's
+    assert progress.best == dict(zip(("bleu", "chrf", "loss"), best))  # the best validation's
     assert progress.bad_validations == {"bleu": 2, "chrf": 0, "loss": 1}[metric]
+
+
+def test_a_metric_with_lower_is_better_picks_the_lowest(monkeypatch):
+    """best_metric follows each metric's direction (mt.metrics), not "higher" for every score."""
+    lower = dataclasses.replace(BY_KEY["chrf"], higher_is_better=False)
+    monkeypatch.setitem(BY_KEY, "chrf", lower)
+    progress = Progress()
+    got = [progress.record({"val_bleu": 1.0, "val_chrf": c, "val_loss": 1.0}, "chrf") for c in (40, 42, 39)]
+    assert got == [True, False, True] and progress.best["chrf"] == 39
+
+
+def test_a_checkpoint_from_before_the_best_record_reads_as_now():
+    """Checkpoints written before `Progress.best` held best_bleu, best_chrf and best_loss."""
+    old = {**dataclasses.asdict(Progress(step=7, validated_step=5)), "best_bleu": 3.0, "best_chrf": 9.0}
+    old = {k: v for k, v in old.items() if k != "best"} | {"best_loss": 4.5}
+    assert current_progress(old)["best"] == {"bleu": 3.0, "chrf": 9.0, "loss": 4.5}
+    assert build(Progress, current_progress(old)) == Progress(
+        step=7, validated_step=5, best={"bleu": 3.0, "chrf": 9.0, "loss": 4.5}
+    )
+    never = {**old, "validated_step": -1, "best_bleu": -1.0, "best_chrf": -1.0, "best_loss": math.inf}
+    assert current_progress(never)["best"] == {}
 
 
 @pytest.mark.slow

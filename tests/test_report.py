@@ -14,6 +14,7 @@ from mt.report import (
     Run,
     _p,
     _run_line,
+    _verdict,
     load_runs,
     paired_bootstrap,
     plot_curves,
@@ -161,3 +162,20 @@ def test_the_runs_section_names_a_parent_or_a_shared_tokenizer(tmp_path):
     shared = Run(tmp_path, {**card, "tokenizer_from": {"run": "runs/a", "sha256": "ff"}}, [], {})
     assert ", tokenizer of `runs/a`," in _run_line(shared)
     assert "fine-tuned" not in _run_line(Run(tmp_path, card, [], {}))
+
+
+def test_a_verdict_follows_the_metrics_direction():
+    """A score that falls is better for a lower-is-better metric (a TER, a repeat count), worse for BLEU."""
+    bleu = next(m for m in METRICS if m.key == "bleu")
+    repeats = next(m for m in METRICS if m.key == "repeated_4grams")
+    assert (
+        _verdict(bleu, 30.0, 28.5, 0.8, 0.001)
+        == "BLEU worse by 1.50 (30.00 -> 28.50 ± 0.80; p = 0.0010 < 0.05)"
+    )
+    assert _verdict(repeats, 30.0, 28.5, 0.8, 0.001) == (
+        "rep. 4-gram lines better by 1.50 (30.00 -> 28.50 ± 0.80; p = 0.0010 < 0.05)"
+    )
+    assert (
+        _verdict(bleu, 30.0, 30.2, 0.8, 0.3)
+        == "BLEU +0.20, not significant (30.00 -> 30.20 ± 0.80; p = 0.3000)"
+    )

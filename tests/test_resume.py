@@ -28,6 +28,31 @@ def assert_same_weights(a: dict, b: dict) -> None:
         assert torch.equal(a[k], b[k]), k
 
 
+def test_a_resumed_run_equals_one_go_and_tensorboard_shows_each_step_once(tmp_path, tiny_config):
+    """The fast path (test_stop_and_resume_equals_one_go crosses an epoch): 4 updates in one go, and 1,
+    then 2 more whose checkpoint is lost (last.pt put back at step 1, as a kill before the save leaves
+    it), then resumed to 4: the same weights and losses, and TensorBoard's losses, read back from the
+    three sessions' event files, are metrics.jsonl's, the redone steps 2-3 once (purge_step)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    board = "train.tensorboard=true"
+    train(tiny_config("train.max_steps=4", board), straight)
+    train(tiny_config("train.max_steps=1", board), run)
+    at_one = (run / "last.pt").read_bytes()
+    train(tiny_config("train.max_steps=3", board), run)
+    (run / "last.pt").write_bytes(at_one)
+    assert train(tiny_config("train.max_steps=4", board), run)["step"] == 4
+    assert_same_weights(weights(straight / "last.pt"), weights(run / "last.pt"))
+    assert train_losses(straight) == train_losses(run) and [s for s, _, _ in train_losses(run)] == [2, 4]
+    for folder in (straight, run):
+        events = EventAccumulator(str(folder))
+        events.Reload()
+        assert len(list(folder.glob("events.out.tfevents.*"))) == (1 if folder == straight else 3)
+        losses = [(e.step, e.value) for e in events.Scalars("loss")]
+        assert losses == [(step, pytest.approx(loss, rel=1e-6)) for step, loss, _ in train_losses(run)]
+
+
 @pytest.mark.slow
 def test_stop_and_resume_equals_one_go(tmp_path, tiny_config):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"

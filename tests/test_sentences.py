@@ -1,5 +1,6 @@
 """mt/sentences.py and decode.split_sentences: several sentences on a line are translated one by one and
-joined, one output line per input line, through every door (API, mt translate, mt serve)."""
+joined, one output line per input line, through every door (API, mt translate, mt serve). All fast:
+the shared tiny run (`trained`) is made once per session."""
 
 import sys
 
@@ -8,14 +9,14 @@ from conftest import run_main
 
 from mt.decode_config import COMMAND_LINE, DecodeConfig, decoding, evaluation_name
 from mt.errors import ConfigError
-from mt.sentences import join_lines, split_lines, splitter
+from mt.sentences import join_lines, sentences_of, splitter
 from mt.translator import Translator
 
 
 def test_lines_split_into_sentences_and_join_back_one_per_line():
     split = splitter()
     lines = ["Ein Mann läuft.  Zwei Hunde spielen im Schnee! ", "", "Keine Satzgrenze hier", "Wer? Ich."]
-    sentences, counts = split_lines(lines, "de", split)
+    sentences, counts = sentences_of(lines, "de", split)
     assert sentences == [
         "Ein Mann läuft.",
         "Zwei Hunde spielen im Schnee!",
@@ -36,11 +37,12 @@ def test_lines_split_into_sentences_and_join_back_one_per_line():
 
 def test_english_abbreviations_and_german_ordinals_do_not_end_a_sentence():
     split = splitter()
-    assert split_lines(["Mr. Smith arrived at 3 p.m. on Monday. He left."], "en", split)[0] == [
+    assert sentences_of(["Mr. Smith arrived at 3 p.m. on Monday. He left."], "en", split)[0] == [
         "Mr. Smith arrived at 3 p.m. on Monday.",
         "He left.",
     ]
-    assert split_lines(["Am 1. Januar kam Dr. Müller, z. B. mit dem Zug. Dann ging er."], "de", split)[0] == [
+    german = ["Am 1. Januar kam Dr. Müller, z. B. mit dem Zug. Dann ging er."]
+    assert sentences_of(german, "de", split)[0] == [
         "Am 1. Januar kam Dr. Müller, z. B. mit dem Zug.",
         "Dann ging er.",
     ]
@@ -69,7 +71,6 @@ def test_split_sentences_gives_no_n_best_lists_and_names_its_evaluations():
 TWO = ["Der Hund sieht die Katze. Die Katze schläft.", "", "Ein Mann läuft."]
 
 
-@pytest.mark.slow
 def test_a_split_line_is_the_translations_of_its_sentences_joined(trained):
     translator = Translator.from_run(trained[0], device="cpu", beam=2)
     alone = translator.translate(["Der Hund sieht die Katze.", "Die Katze schläft.", "Ein Mann läuft."])
@@ -87,7 +88,6 @@ def test_a_split_line_is_the_translations_of_its_sentences_joined(trained):
     )
 
 
-@pytest.mark.slow
 def test_mt_translate_split_sentences_keeps_one_line_per_line(trained, tmp_path, capsys):
     run = str(trained[0])
     (tmp_path / "in").write_text("".join(line + "\n" for line in TWO), encoding="utf-8")

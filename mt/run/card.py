@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mt.config import TrainConfig
 from mt.errors import RunDirError
 from mt.files import write_text
-from mt.metrics import HEADLINE
-from mt.run.records import Card, require
+from mt.metrics import BEST_METRICS, HEADLINE
+from mt.run.records import Card, Progress, require
 
 
 def read_card(run_dir: str | Path) -> dict:
@@ -51,3 +52,21 @@ def update_card(run_dir: str | Path, **sections) -> dict:
     card = {**read_card(run_dir), **sections}
     write_text(path, json.dumps(card, indent=2) + "\n")
     return card
+
+
+def training_record(t: TrainConfig, p: Progress, stopped: str) -> dict:
+    """The card's account of the training: its counters, speed, best validation and why it stopped."""
+    return {
+        "steps": p.step,
+        "epochs": p.epoch,
+        "wall_s": round(p.elapsed_s, 1),
+        "train_s": round(p.train_seconds, 1),
+        "tokens_per_s": round(p.tokens / max(p.train_seconds, 1e-9), 1),
+        "best_step": p.best_step,
+        "best_metric": t.best_metric,
+        **{f"best_val_{key}": p.best.get(key) for key in BEST_METRICS},
+        "valid_beam": t.valid_beam,
+        "nonfinite_skipped": p.nonfinite_total,
+        "fp16_overflows": p.scaler_skips,
+        "stopped": stopped,
+    }

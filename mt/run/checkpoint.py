@@ -22,35 +22,23 @@ from pathlib import Path
 
 import torch
 
-from mt.config import RunConfig, apply_overrides, config_differences, config_from_dict, config_to_dict
+from mt.config import (
+    RunConfig,
+    apply_overrides,
+    config_differences,
+    config_from_dict,
+    config_to_dict,
+    resumable_keys,
+)
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_bytes
 from mt.model import Seq2Seq
-from mt.run.records import Checkpoint, Progress, problem
+from mt.run.records import Checkpoint, Progress, current_progress, problem
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-# Keys a resumed run may change: they decide when to stop, log, save or validate, or how `mt translate`
-# decodes, never what is learned nor what best.pt means (train.valid_beam is not among them).
-RESUMABLE_KEYS = (
-    "name",
-    "base",
-    "train.max_steps",
-    "train.max_minutes",
-    "train.patience",
-    "train.valid_every",
-    "train.keep_last",
-    "train.average_last",
-    "train.save_every",
-    "train.log_every",
-    "train.max_nonfinite",
-    "train.threads",
-    "train.device",
-    "train.dist_backend",
-    "train.tune",
-    "decode",
-)
+RESUMABLE_KEYS = resumable_keys()  # what a resumed run may change (mt.config's RESUMABLE fields)
 
 
 def rng_state(device: torch.device) -> dict:
@@ -191,6 +179,8 @@ def load_checkpoint(path: str | Path) -> dict:
         ) from None
     except Exception:  # noqa: BLE001 - truncated or damaged inside
         raise damaged from None
+    if isinstance(ckpt, dict) and "progress" in ckpt:
+        ckpt["progress"] = current_progress(ckpt["progress"])
     found = problem(Checkpoint, ckpt)  # its metadata: every key mt reads, of the kind mt writes
     if found:
         raise RunDirError(f"{path}: damaged or not an mt checkpoint ({found}); delete it or train again")

@@ -23,6 +23,7 @@ from mt.errors import ConfigError, DataError, RunDirError
 from mt.files import file_sha256
 from mt.run.checkpoint import load_checkpoint, stored_config
 from mt.run.folder import checkpoint_path, run_tokenizer
+from mt.run.records import Teacher, TeacherFile, problem
 from mt.tokenizer import Tokenizer
 
 TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout")  # model keys a child may change
@@ -110,18 +111,31 @@ def mismatches(theirs: RunConfig, ours: RunConfig, section: str, source: Path, i
     ]
 
 
-def teacher_of(cfg: RunConfig) -> dict:
-    """The card's `teacher` of a run trained on a distilled corpus: its folder's teacher.json (the
-    teacher run, checkpoint sha256, decoding settings, time spent, and whether the references follow),
-    as mt.distill checked it; else {}."""
-    path = Path(cfg.data.dir) / TEACHER
-    if cfg.data.corpus != "files" or not path.exists():
-        return {}
+def read_teacher(folder: Path) -> dict:
+    """FOLDER/teacher.json, checked against records.TeacherFile: the one reader of what made a
+    distilled corpus (mt.distill checks a reused folder with it; a student's card records it). A
+    missing, unreadable or damaged file is a one-line DataError."""
+    path = folder / TEACHER
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-        teacher = {
-            key: record[key] for key in ("run", "checkpoint", "sha256", "ensemble", "name", "translate_s")
-        } | {"references": bool(record.get("references"))}  # absent before --with-references
-    except (OSError, ValueError, KeyError, TypeError):
-        raise DataError(f"{path}: damaged; run mt distill again to rewrite the distilled corpus") from None
-    return {"teacher": teacher}
+    except (OSError, ValueError):
+        record = None
+    found = problem(TeacherFile, record) if record is not None else "unreadable"
+    if found:
+        raise DataError(f"{path}: damaged ({found}); run mt distill again to rewrite the distilled corpus")
+    return record
+
+
+def teacher_of(cfg: RunConfig) -> dict:
+    """The card's `teacher` of a run trained on a distilled corpus (records.Teacher, from its folder's
+    teacher.json: the teacher run, checkpoint sha256, decoding, time spent, whether the references
+    follow); else {}."""
+    folder = Path(cfg.data.dir)
+    if cfg.data.corpus != "files" or not (folder / TEACHER).exists():
+        return {}
+    record = read_teacher(folder)
+    keys = [f.name for f in dataclasses.fields(Teacher)]
+    return {
+        "teacher": {key: record[key] for key in keys if key in record}
+        | {"references": bool(record.get("references"))}
+    }

@@ -15,15 +15,15 @@ field required.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
+from mt.decode_config import DecodeConfig
 from mt.errors import RunDirError
-from mt.metrics import METRICS
+from mt.metrics import BEST_METRICS, METRICS, improves
 from mt.schema import Mismatch, build, within
 
 
@@ -65,14 +65,15 @@ class Evaluation:
     engine: str = None  # where not torch: ctranslate2, and its compute_type
     compute_type: str = None
     ensemble: list[str] = None  # the runs of an ensemble, this one first
+    decode: DecodeConfig = None  # every decoding option it was made with (absent in the oldest results)
 
 
 def score_fields() -> list[tuple[str, type, Any]]:
-    """KEY (a float) and KEY_signature (a str) for each metric in mt.metrics: required for the headline
-    ones, which every result has had; else a result from before the metric may lack them."""
+    """KEY (a float) and KEY_signature (a str) for each metric in mt.metrics: required for the ones
+    every result has had (Metric.always); a result written before a later metric may lack it."""
     fields = []
     for m in METRICS:
-        may_lack = {} if m.headline else {"default": None}
+        may_lack = {} if m.always else {"default": None}
         fields += [(m.key, float, field(**may_lack)), (f"{m.key}_signature", str, field(**may_lack))]
     return fields
 
@@ -179,6 +180,30 @@ class Tuning:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Teacher:
+    """Who translated a distilled corpus: the card's `teacher` of a student trained on it."""
+
+    run: str
+    checkpoint: str  # its file name in the run (best.pt)
+    sha256: list[str]  # of that checkpoint, then of each ensemble member's
+    ensemble: list[str]
+    name: str  # the decoding, as an evaluation is named (train-beam5)
+    translate_s: float = None
+    references: bool = False  # the original pairs follow the teacher's (absent before --with-references)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeacherFile(Teacher):
+    """teacher.json, written last in a distilled corpus folder (mt.distill): the teacher, its decoding
+    settings, and each file's sha256, checked when the folder is reused."""
+
+    decode: DecodeConfig
+    lines: int = within(lo=0)
+    files: dict[str, str]  # file name -> sha256
+    resumed_at: int = within(0, lo=0)  # the lines a killed distillation had already written
+
+
+@dataclass(frozen=True, kw_only=True)
 class Card:
     open_keys: ClassVar[bool] = True
     config: CardConfig
@@ -191,7 +216,7 @@ class Card:
     parent: Origin = None
     tokenizer_from: Origin = None
     cleaning: Cleaning = None
-    teacher: dict = None  # a student's: what translated its distilled corpus (mt.run.parent.teacher_of)
+    teacher: Teacher = None  # a student's: what translated its distilled corpus (mt.run.parent.teacher_of)
     tuning: Tuning = None
 
 
@@ -267,10 +292,9 @@ class Progress:
     step: int = 0  # optimizer updates done
     epoch: int = 0  # current epoch, from 1
     batch_index: int = 0  # batches of the current epoch consumed so far
-    best_bleu: float = -1.0  # val BLEU at the best validation (by train.best_metric)
-    best_chrf: float = -1.0  # val chrF at the best validation (by train.best_metric)
+    # the best validation's (by train.best_metric) val loss and headline scores: {"bleu": ..., "loss": ...}
+    best: dict[str, float] = field(default_factory=dict)
     best_step: int = 0
-    best_loss: float = math.inf  # val loss at the best validation (by train.best_metric)
     bad_validations: int = 0  # validations in a row without a best_metric gain (train.patience)
     validated_step: int = -1  # step of the latest validation
     nonfinite_total: int = 0  # updates skipped for a non-finite loss or gradient
@@ -282,23 +306,26 @@ class Progress:
     elapsed_s: float = 0.0  # wall clock of the loop, validation included, summed over restarts
 
     def record(self, result: dict, metric: str) -> bool:
-        """Whether a validation `result` is the best so far by `metric` (bleu, chrf: higher val_bleu,
-        val_chrf; loss: lower val_loss); keeps its scores if so, else counts a bad validation."""
-        better = {
-            "bleu": result["val_bleu"] > self.best_bleu,
-            "chrf": result["val_chrf"] > self.best_chrf,
-            "loss": result["val_loss"] < self.best_loss,
-        }[metric]
+        """Whether a validation `result` is the best so far by `metric` (a headline metric's key or
+        loss, each in its direction); keeps its scores if so, else counts a bad validation."""
+        better = improves(metric, result[f"val_{metric}"], self.best.get(metric))
         if better:
-            self.best_bleu, self.best_chrf, self.best_loss = (
-                result["val_bleu"],
-                result["val_chrf"],
-                result["val_loss"],
-            )
+            self.best = {key: result[f"val_{key}"] for key in BEST_METRICS}
             self.best_step, self.bad_validations = self.step, 0
         else:
             self.bad_validations += 1
         return better
+
+
+def current_progress(saved: dict) -> dict:
+    """A checkpoint's progress as mt writes it now: before `best`, it held best_bleu, best_chrf and
+    best_loss (-1 and inf before the first validation)."""
+    if not isinstance(saved, dict) or "best_bleu" not in saved or "best" in saved:
+        return saved
+    old = {key: saved.get(f"best_{key}") for key in ("bleu", "chrf", "loss")}
+    best = old if saved.get("validated_step", -1) >= 0 else {}
+    rest = {k: v for k, v in saved.items() if k not in ("best_bleu", "best_chrf", "best_loss")}
+    return {**rest, "best": best}
 
 
 def progress_of(ckpt: dict) -> Progress:

@@ -1,8 +1,9 @@
 """A topic of Multi30k as a new domain, for fine-tuning (docs/finetune/): split the corpus by topic, then
 score runs' test2016 translations on the topic's lines and on the rest.
 
-    python scripts/domain_split.py split --out data/finetune
-    python scripts/domain_split.py score --data data/finetune runs/multi30k runs/ft-base runs/ft-dogs
+    python scripts/experiments/domain_split.py split --out data/finetune
+    python scripts/experiments/domain_split.py score --data data/finetune runs/multi30k runs/ft-base \
+        runs/ft-dogs
 
 `split` picks the pairs whose English side has one of --words (whole words, any case) and writes two
 `data.corpus: files` folders: OUT/rest (the training pairs without the topic; val and test whole) and

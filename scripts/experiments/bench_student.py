@@ -2,14 +2,16 @@
 each (model, engine, compute type, beam), repeats alternating between the settings, in one process
 per engine (CTranslate2 sets OpenMP's threads for the whole process).
 
-    python scripts/bench_student.py --teacher runs/multi30k --student runs/multi30k-student \
+    python scripts/experiments/bench_student.py --teacher runs/multi30k --student runs/multi30k-student \
         --engine torch --out bench.jsonl
-    python scripts/bench_student.py --teacher ... --student ... --engine ctranslate2 --out bench.jsonl
-    python scripts/bench_student.py --table bench.jsonl   # Markdown, ratios to the teacher's torch beam 5
+    python scripts/experiments/bench_student.py --teacher ... --student ... --engine ctranslate2 \
+        --out bench.jsonl
+    python scripts/experiments/bench_student.py --table bench.jsonl  # Markdown, ratio to teacher torch beam 5
 
 Each setting is timed `--repeats` times (model loading outside, tokenizing and batching inside);
 its line holds the median and the spread. The teacher runs beam 5 (and greedy); the student greedy
-and beams 2-5; CTranslate2 runs float32 for the teacher and int8 for the student unless told.
+and beams 2-5; CTranslate2 runs float32 for the teacher and int8 for the student unless told. The
+other decoding flags are `mt translate`'s (--engine torch unless given), for every row alike.
 """
 
 from __future__ import annotations
@@ -17,12 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
+import sys
 from pathlib import Path
 
-from mt import Translator
-from mt.data import load_split
-from mt.metrics import corpus_scores
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: measure
+from measure import decoding_flags, open_run, scores, split_of, timed  # noqa: E402
 
 
 def settings(args) -> list[tuple[str, str, str, int]]:
@@ -38,22 +39,18 @@ def bench(args) -> None:
     opened, lines, refs = {}, None, None
     for model, run, compute_type, _ in settings(args):
         if (run, compute_type) not in opened:
-            opened[run, compute_type] = Translator.from_run(
-                run, engine=args.engine, device="cpu", compute_type=compute_type
-            )
-    first = next(iter(opened.values()))
-    lines, refs = load_split(first.config.data, args.split)
+            opened[run, compute_type] = open_run(run, args, device="cpu", compute_type=compute_type)
+    lines, refs = split_of(next(iter(opened.values())), args.split)
     times: dict[tuple, list[float]] = {row: [] for row in settings(args)}
     found: dict[tuple, list[str]] = {}
     for _ in range(args.repeats):
         for row in times:  # alternating: drift on a shared machine spreads over every setting alike
             translator = opened[row[1], row[2]]
-            start = time.perf_counter()
-            found[row] = translator.translate(lines, beam=row[3])
-            times[row].append(time.perf_counter() - start)
+            seconds, found[row] = timed(lambda: translator.translate(lines, beam=row[3]))
+            times[row].append(seconds)
     with open(args.out, "a", encoding="utf-8") as out:
         for (model, run, compute_type, beam), seconds in times.items():
-            scores = corpus_scores(found[model, run, compute_type, beam], refs)
+            scored = scores(found[model, run, compute_type, beam], refs)
             median = statistics.median(seconds)
             record = {
                 "model": model,
@@ -63,8 +60,7 @@ def bench(args) -> None:
                 "beam": beam,
                 "split": args.split,
                 "sentences": len(lines),
-                "bleu": round(scores["bleu"], 2),
-                "chrf": round(scores["chrf"], 2),
+                **scored,
                 "seconds": [round(s, 3) for s in seconds],
                 "sentences_per_s": round(len(lines) / median, 1),
             }
@@ -94,12 +90,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher")
     p.add_argument("--student")
-    p.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"])
     p.add_argument("--student-compute-type", default="int8", help="CTranslate2's, for the student")
     p.add_argument("--split", default="test", choices=["test", "val"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default="bench-student.jsonl", help="JSON lines, appended")
     p.add_argument("--table", type=Path, help="print the Markdown table of this file and stop")
+    # the rows fix beam and compute type; sampling would draw, not search, at beams above 1
+    skip = ("n_best", "beam", "compute_type", "sample", "temperature", "seed")
+    decoding_flags(p, skip=skip, engine="torch")
     args = p.parse_args()
     if args.table:
         print(table(args.table))

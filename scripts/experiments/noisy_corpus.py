@@ -2,7 +2,8 @@
 random places, written as a `files` corpus, binarized as `mt train` does, and the removed pairs compared
 with what was injected.
 
-    python scripts/noisy_corpus.py OUT --tokenizer runs/multi30k/spm.model [--each 300] [--leaks 100]
+    python scripts/experiments/noisy_corpus.py OUT --tokenizer runs/multi30k/spm.model \
+        [--each 300] [--leaks 100]
 
 OUT gets {train,val,test}.{de,en} (val and test: Multi30k's own) and injected.tsv (line, kind). Kinds:
 duplicate (a pair repeated after its first place), empty (one side empty or blank), copy (the English
