@@ -159,8 +159,6 @@ class Translator:
 
     def _by_sentence(self, search, lines: list[str], prefixes: list[str] | None, decode: DecodeConfig, join):
         """search(...) over the lines, or with decode.split_sentences over their sentences, joined."""
-        if not lines:  # nothing to search: no batch is made
-            return []
         if not decode.split_sentences:
             return search(
                 self.searcher, self.tokenizer, lines, decode, self.device, self.max_source, prefixes
