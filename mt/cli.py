@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import errno
 import logging
 import os
 import sys
@@ -21,7 +20,7 @@ from mt.arguments import build_parser, one_line, parse
 from mt.config import load_config
 from mt.decode_config import COMMAND_LINE, DecodeConfig
 from mt.errors import ConfigError, DataError, RunDirError, UserError
-from mt.files import write_failure, write_text
+from mt.files import write_stdout, write_text
 from mt.serving.limits import ServeLimits
 
 log = logging.getLogger("mt")
@@ -102,63 +101,16 @@ def _open(args: argparse.Namespace, **more):
     return Translator.from_run(args.run, args.checkpoint, spelling=COMMAND_LINE, **options)
 
 
-def _read_input(path: str | None) -> list[str]:
-    """Input lines, split on newlines only; gzip data (a .gz file, or bytes that start as gzip does) is
-    decompressed; invalid UTF-8 is replaced (U+FFFD) with a warning."""
-    from mt.data import gunzip, text_lines
-
-    name = path or "<stdin>"
-    if path is None:
-        raw = sys.stdin.buffer.read()
-    else:
-        try:
-            raw = Path(path).read_bytes()
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: input file not found") from None
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read input ({e.strerror or e})") from None
-    if raw.startswith(b"\x1f\x8b") or (path or "").endswith(".gz"):  # 1f 8b never starts UTF-8 text
-        raw = gunzip(raw, name)
-    lines = text_lines(raw.decode("utf-8", errors="replace"))
-    bad = [i + 1 for i, line in enumerate(lines) if "\ufffd" in line]
-    if bad:
-        where = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-        log.warning("%s: invalid UTF-8 on line %s, replaced with U+FFFD", name, where)
-    return lines
-
-
-def _write_stdout(text: str) -> None:
-    """Standard output, checked: Python's buffered writer reports a full disk late or never (a short
-    write leaves the rest in its buffer), so a file or pipe gets every byte by os.write, and a refused
-    write is a WriteError naming where stdout goes."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # not a file (a test's capture): Python's own writer
-        sys.stdout.write(text)
-        return
-    sys.stdout.flush()
-    data = text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
-    try:
-        while data:
-            data = data[os.write(fd, data) :]
-    except OSError as e:
-        if e.errno == errno.EPIPE:  # the reader has gone (`| head`): nothing is left to tell
-            return
-        try:
-            path = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            path = "standard output"
-        raise write_failure(path, e) from None
-
-
 def cmd_translate(args: argparse.Namespace) -> None:
+    from mt.data import input_lines
+
     _setup_logging()
     # an input file is read before the model loads (a wrong path fails fast); stdin after (a bad run
     # directory is reported before waiting on a terminal)
-    lines = _read_input(args.input) if args.input else None
+    lines = input_lines(args.input) if args.input else None
     translator = _open(args, ensemble=args.ensemble or [])
-    lines = lines if lines is not None else _read_input(None)
-    prefixes = _read_input(args.prefix_file) if args.prefix_file else None
+    lines = lines if lines is not None else input_lines(None)
+    prefixes = input_lines(args.prefix_file) if args.prefix_file else None
     if prefixes is not None and len(prefixes) != len(lines):
         raise DataError(
             f"{args.prefix_file} has {len(prefixes)} lines but the input has {len(lines)}; "
@@ -180,7 +132,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
         write_text(args.output, text)
         print(f"wrote {args.output} ({len(lines)} lines)", file=sys.stderr)
     else:
-        _write_stdout(text)
+        write_stdout(text)
 
 
 def cmd_score(args: argparse.Namespace) -> None:
@@ -199,7 +151,7 @@ def cmd_score(args: argparse.Namespace) -> None:
         write_text(args.output, text)
         print(f"wrote {args.output} ({len(scored)} lines)", file=sys.stderr)
     else:
-        _write_stdout(text)
+        write_stdout(text)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:

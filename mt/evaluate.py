@@ -15,9 +15,10 @@ from mt.distributed import resolve_device
 from mt.files import write_text
 from mt.metrics import corpus_scores
 from mt.model import Seq2Seq, count_parameters
-from mt.run.card import read_card, update_card
-from mt.run.folder import read_metrics
+from mt.run.card import read_card, training_record, update_card
+from mt.run.checkpoint import load_checkpoint
 from mt.run.provenance import code_version, config_section, hardware
+from mt.run.records import progress_of
 from mt.translator import Translator
 from mt.tune import tuned_setting
 
@@ -36,7 +37,6 @@ def evaluate_run(translator: Translator, split: str = "test", files: tuple[str, 
     under "written"."""
     run_dir, cfg, decode = translator.run, translator.config, translator.decode
     card = read_card(run_dir)  # damage in the card or metrics is reported before anything is written
-    rows = read_metrics(run_dir / "metrics.jsonl") if "training" not in card else []
     name, (src, ref) = evaluation_data(cfg, split, files)
     hyps = translator.translate(src)
     ensemble = [str(run_dir), *translator.ensemble] if translator.ensemble else []
@@ -56,9 +56,9 @@ def evaluate_run(translator: Translator, split: str = "test", files: tuple[str, 
         "ref_file": f"ref-{name}.txt",
         "decode": dataclasses.asdict(decode),
     }
-    sections = {} if "training" in card else describe_untracked_run(rows, cfg, translator.model)
-    also = (f"{name}-tuned",) if decoded_as_tuned(translator) else ()
-    written = write_result(run_dir, key, result, hyps, ref, card, sections, also)
+    sections = {} if "training" in card else rebuilt_card(run_dir, cfg, translator.model)
+    keys = (key, f"{name}-tuned") if decoded_as_tuned(translator) else (key,)
+    written = write_result(run_dir, keys, result, hyps, ref, sections)
     return {**result, "key": key, "written": [str(p) for p in written]}
 
 
@@ -73,22 +73,15 @@ def decoded_as_tuned(translator: Translator) -> bool:
 
 
 def write_result(
-    run_dir: Path,
-    key: str,
-    result: dict,
-    hyps: list[str],
-    ref: list[str],
-    card: dict,
-    sections: dict,
-    also: tuple[str, ...] = (),
+    run_dir: Path, keys: tuple[str, ...], result: dict, hyps: list[str], ref: list[str], sections: dict
 ) -> list[Path]:
-    """The evaluation's files (translations, references, eval-<key>.json) and the card's result, under
-    `key` and each name in `also`."""
-    written = [run_dir / result["hyp_file"], run_dir / result["ref_file"], run_dir / f"eval-{key}.json"]
+    """The evaluation's files (translations, references, eval-<key>.json, the first of `keys`) and the
+    card's result under each of `keys`, with the card's other `sections`."""
+    written = [run_dir / result["hyp_file"], run_dir / result["ref_file"], run_dir / f"eval-{keys[0]}.json"]
     write_text(written[0], "".join(h + "\n" for h in hyps))
     write_text(written[1], "".join(r + "\n" for r in ref))
     write_text(written[2], json.dumps(result, indent=2) + "\n")
-    results = {**card.get("results", {}), **{name: result for name in [key, *also]}}
+    results = {**read_card(run_dir).get("results", {}), **{key: result for key in keys}}
     update_card(run_dir, **sections, results=results)
     return written + [run_dir / "card.json"]
 
@@ -100,28 +93,20 @@ def evaluation_data(cfg: RunConfig, split: str, files: tuple[str, str] | None) -
     return split, load_split(cfg.data, split)
 
 
-def describe_untracked_run(rows: list[dict], cfg: RunConfig, model: Seq2Seq) -> dict:
-    """Card sections for a run trained before cards existed, rebuilt from its metrics.jsonl `rows`;
-    tokens/s is the mean of the logged windows, and code/hardware are those of this evaluation."""
-    logs, vals = [r for r in rows if "loss" in r], [r for r in rows if "val_bleu" in r]
-    best = max(vals, key=lambda r: r["val_bleu"], default={})
-    training = {
-        "steps": max((r["step"] for r in rows), default=0),
-        "epochs": max((r.get("epoch", 0) for r in logs), default=0),
-        "wall_s": max((r["elapsed_s"] for r in rows if "elapsed_s" in r), default=None),
-        "train_s": None,
-        "tokens_per_s": round(sum(r["tokens_per_s"] for r in logs) / max(len(logs), 1), 1),
-        "best_step": best.get("step"),
-        "best_val_bleu": best.get("val_bleu"),
-        "best_val_chrf": best.get("val_chrf"),
-        "stopped": "",
-        "rebuilt_from_metrics": True,
-    }
-    return {
+def rebuilt_card(run_dir: Path, cfg: RunConfig, model: Seq2Seq) -> dict:
+    """The sections of a card.json that is gone (deleted, damaged, or a run trained before cards):
+    the run's config and size; the training record as the end of training writes it
+    (`training_record`), from last.pt's counters, with why it stopped unknown; the code and hardware
+    of this evaluation, marked so. A run without last.pt gets no training record."""
+    sections = {
         "config": config_section(cfg),
         "parameters": count_parameters(model),
         "precision": cfg.train.precision,
         "code": {**code_version(), "recorded_by": "evaluate"},
         "hardware": hardware(resolve_device("auto")),
-        "training": training,
     }
+    if (run_dir / "last.pt").exists():
+        progress = progress_of(load_checkpoint(run_dir / "last.pt"))
+        stopped = "unknown: card.json rebuilt from last.pt"
+        sections["training"] = {**training_record(cfg.train, progress, stopped), "rebuilt_from": "last.pt"}
+    return sections

@@ -14,6 +14,7 @@ import errno
 import hashlib
 import io
 import os
+import sys
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
@@ -75,6 +76,30 @@ def write_bytes(path: str | Path, data: bytes) -> None:
 
 def write_text(path: str | Path, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
+
+
+def write_stdout(text: str) -> None:
+    """Standard output, checked: Python's buffered writer reports a full disk late or never (a short
+    write leaves the rest in its buffer), so a file or pipe gets every byte by os.write, and a refused
+    write is a WriteError naming where stdout goes."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture): Python's own writer
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    data = text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    except OSError as e:
+        if e.errno == errno.EPIPE:  # the reader has gone (`| head`): nothing is left to tell
+            return
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            path = "standard output"
+        raise write_failure(path, e) from None
 
 
 def write_figure(fig, path: str | Path, dpi: int = 110) -> None:

@@ -23,6 +23,7 @@ from mt.files import write_figure, write_text
 from mt.metrics import HEADLINE, METRICS, Metric, improves
 from mt.run.card import read_card
 from mt.run.folder import read_metrics
+from mt.run.provenance import differing_keys
 
 P_THRESHOLD = 0.05
 BOOTSTRAP_SAMPLES = 1000
@@ -147,13 +148,6 @@ def _tested(key: str, score) -> dict:
     return {key: score.score, f"{key}_p": score.p_value, f"{key}_ci": score.ci}
 
 
-def differing_keys(runs: list[Run]) -> dict[str, list]:
-    """Config keys (key.path -> one value per run) whose values differ between the runs' config.yaml."""
-    flat = [r.config for r in runs]
-    keys = [k for k in dict.fromkeys(k for f in flat for k in f) if k not in ("name", "base")]
-    return {k: [f.get(k) for f in flat] for k in keys if any(f.get(k) != flat[0].get(k) for f in flat)}
-
-
 def _fmt(value, spec: str = ".2f", missing: str = "–") -> str:
     return missing if value is None else format(value, spec)
 
@@ -272,7 +266,7 @@ def _lineage(card: dict) -> str:
 def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: list[Run]) -> list[str]:
     """One row per run: its card, its scores (mt.metrics; the headline ones with p-values), and the
     config keys that differ."""
-    keys = differing_keys(runs)
+    keys = differing_keys([run.config for run in runs])
     columns = ["run", "config (hash)", "params", "steps", "epochs", "wall", "tok/s", "best step", "val BLEU"]
     columns += [name for m in METRICS for name in ([m.label, "p"] if m.headline else [m.label])]
     columns += ["len ratio"] + [f"`{k}`" for k in keys]

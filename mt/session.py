@@ -226,9 +226,7 @@ def save(s: Session, name: str) -> None:
     rng = distributed.gather(checkpoint.rng_state(s.device), s.ranks)  # one per rank
     if s.ranks.main:
         try:
-            checkpoint.save_checkpoint(
-                s.run_dir / name, s.cfg, s.model, s.tokenizer, s.optimizer, s.scaler, s.progress, rng
-            )
+            checkpoint.save_checkpoint(s.run_dir / name, s, rng)
         except WriteError as e:  # no way to resume from here on: stop, saying so once
             raise WriteError(
                 f"training stopped at step {s.progress.step}, its checkpoints as they were: {e}"

@@ -17,7 +17,7 @@ import torch
 
 from mt.batching import source_batch, token_batches
 from mt.data import normalize
-from mt.decode import Hypothesis, search
+from mt.decode import Ensemble, Hypothesis, search
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.tokenizer import PAD, Tokenizer
@@ -77,13 +77,13 @@ def search_lines(
     tokenizer: Tokenizer,
     lines: list[str],
     cfg: DecodeConfig,
-    device: torch.device | str = "cpu",
     use_cache: bool = True,
     max_source_pieces: int | None = None,
     prefixes: list[str] | None = None,
     draw: int = 0,
 ) -> list[list[Hypothesis]]:
-    """Decode raw lines with greedy (cfg.beam == 1) or beam search: cfg.n_best hypotheses per line.
+    """Decode raw lines with greedy (cfg.beam == 1) or beam search: cfg.n_best hypotheses per line,
+    on the device the model is on.
 
     Lines are sorted by length into batches of about cfg.batch_tokens source tokens (divided by the
     beam), and the results put back in input order; an empty line gets one empty hypothesis. A line
@@ -93,7 +93,7 @@ def search_lines(
     Sampling with cfg.n_best N draws N translations of each line (`_draws`).
     """
     if cfg.sample and cfg.n_best > 1:
-        return _draws(model, tokenizer, lines, cfg, device, use_cache, max_source_pieces, prefixes)
+        return _draws(model, tokenizer, lines, cfg, use_cache, max_source_pieces, prefixes)
     was_training = model.training
     model.eval()
     limit = min(max_source_pieces or model.cfg.max_positions, model.cfg.max_positions - 1)  # room for eos
@@ -110,7 +110,7 @@ def search_lines(
     batches = [
         ([parts[g] for g in gr], [part_prefix[g] for g in gr], [seeds[g] for g in gr]) for gr in groups
     ]
-    for group, hyps in zip(groups, _search_groups(model, batches, cfg, device, use_cache)):
+    for group, hyps in zip(groups, _search_groups(model, batches, cfg, use_cache)):
         for g, h in zip(group, hyps):
             found[g] = h
     model.train(was_training)
@@ -142,7 +142,6 @@ def _search_groups(
     model: Seq2Seq | Engine,
     batches: list[tuple[list[list[int]], list[list[int]], list[int]]],
     cfg: DecodeConfig,
-    device,
     use_cache: bool,
 ) -> Iterator[list[list[Hypothesis]]]:
     """Batches of (sources, forced target prefixes, sampling seeds), piece ids, searched by either
@@ -150,10 +149,17 @@ def _search_groups(
     if hasattr(model, "search_groups"):  # an Engine
         yield from model.search_groups([(parts, prefixes) for parts, prefixes, _ in batches], cfg)
         return
+    device = weights_device(model)
     for parts, prefixes, seeds in batches:
         src, src_mask = (t.to(device) for t in source_batch(parts))
         prefix = _pad(prefixes).to(device) if any(prefixes) else None
         yield search(model, src, src_mask, cfg, use_cache, prefix, seeds)
+
+
+def weights_device(model: Seq2Seq | Ensemble) -> torch.device:
+    """Where the model's weights are (an ensemble's first model's): where its batches go."""
+    first = model.models[0] if isinstance(model, Ensemble) else model
+    return next(first.parameters()).device
 
 
 def _pad(rows: list[list[int]]) -> torch.Tensor:
@@ -169,14 +175,11 @@ def translate_lines(
     tokenizer: Tokenizer,
     lines: list[str],
     cfg: DecodeConfig,
-    device: torch.device | str = "cpu",
     max_source_pieces: int | None = None,
     prefixes: list[str] | None = None,
 ) -> list[str]:
     """Translate raw lines; returns exactly len(lines) lines (the 1-best) in input order."""
-    found = search_lines(
-        model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces, prefixes=prefixes
-    )
+    found = search_lines(model, tokenizer, lines, cfg, max_source_pieces=max_source_pieces, prefixes=prefixes)
     return as_written(tokenizer.decode([hyps[0].tokens for hyps in found]), prefixes, tokenizer)
 
 
@@ -185,14 +188,11 @@ def translate_nbest(
     tokenizer: Tokenizer,
     lines: list[str],
     cfg: DecodeConfig,
-    device: torch.device | str = "cpu",
     max_source_pieces: int | None = None,
     prefixes: list[str] | None = None,
 ) -> list[list[tuple[str, float]]]:
     """Up to cfg.n_best (text, score) pairs per input line, best first."""
-    found = search_lines(
-        model, tokenizer, lines, cfg, device, max_source_pieces=max_source_pieces, prefixes=prefixes
-    )
+    found = search_lines(model, tokenizer, lines, cfg, max_source_pieces=max_source_pieces, prefixes=prefixes)
     texts = [tokenizer.decode([h.tokens for h in hyps]) for hyps in found]  # a line's n-best
     if prefixes:
         texts = [as_written(line, [prefix] * len(line), tokenizer) for line, prefix in zip(texts, prefixes)]

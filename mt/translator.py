@@ -36,7 +36,8 @@ import torch
 
 from mt.attention import AttentionMap, attention_maps, line_alignments
 from mt.config import RunConfig, config_to_dict
-from mt.ct2 import Ct2Model, export_model
+from mt.ct2.engine import Ct2Model
+from mt.ct2.export import export_model
 from mt.decode import Ensemble
 from mt.decode_config import KEYWORD, DecodeConfig, Spelling, decoding
 from mt.distributed import resolve_device
@@ -111,7 +112,12 @@ class Translator:
         decode = decoding(config.decode, {"engine": engine, **options}, spelling)
         device = device_of(device)
         model = model.to(device)
-        searcher = ensemble_of(run, ensemble, checkpoint, tokenizer, model, decode, spelling)
+        name = spelling.name("ensemble")
+        if ensemble and decode.engine != "torch":
+            raise ConfigError(
+                f"{name} decodes with the torch engine: {spelling.fix('engine', 'torch')}", "engine"
+            )
+        searcher = ensemble_of(run, ensemble, checkpoint, tokenizer, model, name)
         searcher = engine_for(run, decode, tokenizer, searcher, device, whole_files)
         return cls(run, path, config, decode, tokenizer, model, searcher, device, ensemble, spelling)
 
@@ -160,16 +166,12 @@ class Translator:
     def _by_sentence(self, search, lines: list[str], prefixes: list[str] | None, decode: DecodeConfig, join):
         """search(...) over the lines, or with decode.split_sentences over their sentences, joined."""
         if not decode.split_sentences:
-            return search(
-                self.searcher, self.tokenizer, lines, decode, self.device, self.max_source, prefixes
-            )
+            return search(self.searcher, self.tokenizer, lines, decode, self.max_source, prefixes)
         split = splitter(self.spelling.name("split_sentences"))
         sentences, counts = sentences_of(lines, self.config.data.src_lang, split)
         if prefixes is not None:  # a line's prefix starts its first sentence's translation
             prefixes = [p for prefix, n in zip(prefixes, counts) for p in [prefix] + [""] * (n - 1)]
-        found = search(
-            self.searcher, self.tokenizer, sentences, decode, self.device, self.max_source, prefixes
-        )
+        found = search(self.searcher, self.tokenizer, sentences, decode, self.max_source, prefixes)
         return join_lines(found, counts, join)
 
     def alignable(self, **options: Any) -> None:
@@ -287,19 +289,13 @@ def ensemble_of(
     checkpoint: str,
     tokenizer: Tokenizer,
     model: Seq2Seq,
-    decode: DecodeConfig,
-    spelling: Spelling = KEYWORD,
+    name: str = "ensemble",
 ) -> Seq2Seq | Ensemble:
     """`model` (run's), or with `others` it and the same checkpoint of each of those runs decoding as
-    one Ensemble (the torch engine). The runs must share one tokenizer (one spm.model:
-    tokenizer.from_run), else a one-line refusal."""
+    one Ensemble (the torch engine: from_run refuses another). The runs must share one tokenizer (one
+    spm.model: tokenizer.from_run), else a one-line refusal naming the option `name`."""
     if not others:
         return model
-    name = spelling.name("ensemble")
-    if decode.engine != "torch":
-        raise ConfigError(
-            f"{name} decodes with the torch engine: {spelling.fix('engine', 'torch')}", "engine"
-        )
     models = [model]
     for other in others:
         _, theirs, other_model = load_run(other, checkpoint)

@@ -18,7 +18,7 @@ import json
 import torch
 from measure import decoding_flags, open_run, scores, split_of, timed
 
-from mt.ct2 import Ct2Model
+from mt.ct2.engine import Ct2Model
 from mt.translate import search_lines
 
 
@@ -48,7 +48,7 @@ def main() -> None:
     src, ref = split_of(translator, args.split)
 
     def search(lines: list[str], use_cache: bool = True) -> list:
-        return search_lines(model, tokenizer, lines, decode, device, use_cache=use_cache)
+        return search_lines(model, tokenizer, lines, decode, use_cache=use_cache)  # where it is: on device
 
     timed(lambda: search(src[:50]), device)  # warm up allocator and kernels
     seconds, found = timed(lambda: search(src), device)

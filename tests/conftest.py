@@ -278,5 +278,5 @@ def expected(served, lines: list[str], prefixes=None, **options) -> list[list[tu
     run, cfg, tokenizer, model = served
     decode = dataclasses.replace(cfg.decode, **options)
     return translate_nbest(
-        model, tokenizer, lines, decode, "cpu", max_source_pieces=cfg.data.max_len, prefixes=prefixes
+        model, tokenizer, lines, decode, max_source_pieces=cfg.data.max_len, prefixes=prefixes
     )

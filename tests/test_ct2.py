@@ -1,4 +1,4 @@
-"""mt/ct2.py: the CTranslate2 export scores and decodes as mt does; bad exports are refused."""
+"""mt/ct2/: the CTranslate2 export scores and decodes as mt does; bad exports are refused."""
 
 import dataclasses
 import json
@@ -10,7 +10,8 @@ from conftest import TEXT_MODEL, run_main, train_on_toy
 
 from mt.batching import make_batch
 from mt.config import ModelConfig
-from mt.ct2 import DECODE_FIELDS, MODEL_FIELDS, Ct2Model, ctranslate2, export_model, unmapped, vocabulary
+from mt.ct2.engine import DECODE_FIELDS, Ct2Model
+from mt.ct2.export import MODEL_FIELDS, ctranslate2, export_model, unmapped, vocabulary
 from mt.decode_config import DecodeConfig
 from mt.errors import ConfigError, RunDirError
 from mt.metrics import corpus_scores
@@ -253,7 +254,7 @@ def test_every_model_and_decoding_field_is_mapped_to_ctranslate2_or_refused():
         with pytest.raises(ConfigError) as e:
             unmapped(extended(rope=True), table, section)
         assert str(e.value) == (
-            f"{section}.rope: True is not mapped to CTranslate2 (mt/ct2.py), which would ignore it; "
+            f"{section}.rope: True is not mapped to CTranslate2 (mt/ct2/), which would ignore it; "
             f"decode with the torch engine, or map it in mt.ct2's {section} table"
         )
         assert e.value.key == "rope"

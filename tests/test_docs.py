@@ -219,7 +219,7 @@ def test_the_guides_request_fields_are_the_servers():
     """The guide's `POST /translate` fields, and those docs/serve's refusal lists, are exactly the
     request model's (mt.serving.app)."""
     pytest.importorskip("fastapi")
-    from mt.serving.app import TranslateRequest
+    from mt.serving.requests import TranslateRequest
 
     bullet = re.search(r"^- `POST /translate` `\{(.*?)\}`", guide_section("Serving: `mt serve`"), re.S | re.M)
     assert bullet, "docs/guide.md's serving section has no `POST /translate` `{...}` bullet"

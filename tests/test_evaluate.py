@@ -42,19 +42,27 @@ def test_a_runs_averaged_model_loads_translates_and_evaluates(tiny, tmp_path, ca
 
 
 @pytest.mark.slow
-def test_evaluate_rebuilds_a_missing_card_from_metrics(two_runs, tmp_path):
+def test_evaluate_rebuilds_a_missing_card_from_last_pt(two_runs, tmp_path):
     run = tmp_path / "old"
     shutil.copytree(two_runs[0], run)
-    (run / "card.json").unlink()  # as for a run trained before cards existed
+    (run / "card.json").unlink()  # deleted, or a run trained before cards existed
     evaluate_run(Translator.from_run(run, device="cpu"), "test")
     card = json.loads((run / "card.json").read_text())
-    assert card["training"]["rebuilt_from_metrics"] is True
-    assert (card["training"]["steps"], card["training"]["epochs"]) == (30, 1)
-    assert (
-        card["training"]["best_val_bleu"]
-        == json.loads((two_runs[0] / "card.json").read_text())["training"]["best_val_bleu"]
+    rebuilt, original = card["training"], json.loads((two_runs[0] / "card.json").read_text())["training"]
+    assert (rebuilt.pop("rebuilt_from"), rebuilt.pop("stopped")) == (
+        "last.pt",
+        "unknown: card.json rebuilt from last.pt",
     )
+    assert rebuilt.pop("wall_s") <= original["wall_s"]  # last.pt's clock stopped at its save
+    assert rebuilt == {key: value for key, value in original.items() if key not in ("stopped", "wall_s")}
+    assert (rebuilt["steps"], rebuilt["epochs"]) == (30, 1)
     assert card["code"]["recorded_by"] == "evaluate" and "test" in card["results"]
+    (run / "card.json").unlink()
+    (run / "last.pt").unlink()  # best.pt alone: no counters to rebuild the training record from
+    evaluate_run(Translator.from_run(run, device="cpu"), "test")
+    card = json.loads((run / "card.json").read_text())
+    parameters = json.loads((two_runs[0] / "card.json").read_text())["parameters"]
+    assert "training" not in card and card["parameters"] == parameters
 
 
 @pytest.mark.slow

@@ -88,7 +88,7 @@ LONG_LINE = (
         (
             b"gut\nkaputt \xc3\x28 \xff\n",
             2,
-            [r"WARNING mt: <stdin>: invalid UTF-8 on line 2, replaced with U\+FFFD"],
+            [r"WARNING mt.data: <stdin>: invalid UTF-8 on line 2, replaced with U\+FFFD"],
         ),
         (b"a\x00b\x07c\x1b[0m\x7f\n", 1, []),  # control characters
         ("eins\u2028zwei\x85drei\x0cvier\n".encode(), 1, []),  # not line breaks
@@ -102,7 +102,7 @@ def test_translate_odd_input_kinds(trained, capsys, monkeypatch, data, lines, wa
     assert main(["translate", "--run", str(trained[0])]) == 0
     out, err = capsys.readouterr()
     assert out.count("\n") == lines and (out.endswith("\n") or not out)
-    said = [line.split(" ", 1)[1] for line in err.splitlines()]  # "00:45:11 WARNING mt: ..."
+    said = [line.split(" ", 1)[1] for line in err.splitlines()]  # "00:45:11 WARNING mt.data: ..."
     assert len(said) == len(warnings) and all(map(re.fullmatch, warnings, said)), err
 
 

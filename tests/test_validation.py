@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_validation_decodes_with_valid_beam_whatever_decode_says(tmp_path, tiny, monkeypatch):
     real, seen = mt.validation.translate_lines, []
 
-    def spy(model, tokenizer, lines, cfg, device="cpu", max_source_pieces=None):
+    def spy(model, tokenizer, lines, cfg, max_source_pieces=None):
         seen.append(cfg)
-        return real(model, tokenizer, lines, cfg, device, max_source_pieces)
+        return real(model, tokenizer, lines, cfg, max_source_pieces)
 
     monkeypatch.setattr(mt.validation, "translate_lines", spy)
     overrides = tiny + [

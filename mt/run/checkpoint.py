@@ -19,6 +19,7 @@ import logging
 import pickle
 import random
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -57,25 +58,27 @@ def set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def save_checkpoint(
-    path: Path,
-    cfg: RunConfig,
-    model: Seq2Seq,
-    tokenizer: Tokenizer,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    progress: Progress,
-    rng_states: list[dict],
-) -> None:
+class TrainingState(Protocol):
+    """What last.pt and best.pt save of a training run (mt.session's Session is one)."""
+
+    cfg: RunConfig
+    model: Seq2Seq
+    tokenizer: Tokenizer
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    progress: Progress
+
+
+def save_checkpoint(path: Path, state: TrainingState, rng_states: list[dict]) -> None:
     """Write a checkpoint atomically; `rng_states` holds one state per process, in rank order."""
     ckpt = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scaler": scaler.state_dict(),
-        "config": config_to_dict(cfg),
-        "vocab_size": model.vocab_size,
-        "tokenizer_sha256": tokenizer.sha256,
-        "progress": dataclasses.asdict(progress),
+        "model": state.model.state_dict(),
+        "optimizer": state.optimizer.state_dict(),
+        "scaler": state.scaler.state_dict(),
+        "config": config_to_dict(state.cfg),
+        "vocab_size": state.model.vocab_size,
+        "tokenizer_sha256": state.tokenizer.sha256,
+        "progress": dataclasses.asdict(state.progress),
         "rng": rng_states,
     }
     write_torch(path, ckpt)

@@ -39,6 +39,15 @@ def config_section(cfg: RunConfig) -> dict:
     }
 
 
+def differing_keys(configs: list[dict]) -> dict[str, list]:
+    """Keys (key.path -> one value per config) whose values differ between flattened configs
+    (`config.flatten`), NOT_TRAINING's left out: what `mt report` shows beside its runs."""
+    keys = [k for k in dict.fromkeys(k for c in configs for k in c) if k not in NOT_TRAINING]
+    return {
+        k: [c.get(k) for c in configs] for k in keys if any(c.get(k) != configs[0].get(k) for c in configs)
+    }
+
+
 def code_version() -> dict:
     """The git commit of mt's source tree, and whether it had uncommitted changes."""
 

@@ -113,7 +113,7 @@ class Hardware:
 
 @dataclass(frozen=True, kw_only=True)
 class Training:
-    """Null where a run rebuilt from metrics.jsonl lacks it."""
+    """As card.training_record writes it; rebuilt_from: last.pt, where `mt evaluate` rebuilt the card."""
 
     open_keys: ClassVar[bool] = True
     steps: int = within(None, lo=0)
@@ -130,7 +130,7 @@ class Training:
     nonfinite_skipped: int = None
     fp16_overflows: int = None
     stopped: str = None
-    rebuilt_from_metrics: bool = None
+    rebuilt_from: str = None
 
 
 @dataclass(frozen=True, kw_only=True)
