@@ -43,7 +43,13 @@ def sentences_of(lines: list[str], lang: str, split: Splitter) -> tuple[list[str
     return sentences, counts
 
 
-def join_lines(translations: list, counts: list[int], join: Callable[[list], object] = " ".join) -> list:
+def join_texts(texts: list[str]) -> str:
+    """A line's sentences' translations as one line, joined by a space; a sentence translated as
+    nothing leaves no space behind (a line of such sentences is "", not " ")."""
+    return " ".join(text for text in texts if text)
+
+
+def join_lines(translations: list, counts: list[int], join: Callable[[list], object] = join_texts) -> list:
     """The inverse of `sentences_of`: one item per line, `join` of its sentences' translations."""
     joined, start = [], 0
     for n in counts:

@@ -46,7 +46,7 @@ from mt.files import file_sha256
 from mt.model import Seq2Seq
 from mt.run.folder import checkpoint_path, load_run
 from mt.score import Scored, score_lines
-from mt.sentences import join_lines, sentences_of, splitter
+from mt.sentences import join_lines, join_texts, sentences_of, splitter
 from mt.tokenizer import Tokenizer
 from mt.translate import translate_lines, translate_nbest
 
@@ -142,7 +142,7 @@ class Translator:
         decode = self.options(**options)
         lines, prefixes = self._lines_and_prefixes(lines, prefixes)
         with self.lock:
-            return self._by_sentence(translate_lines, lines, prefixes, decode, " ".join)
+            return self._by_sentence(translate_lines, lines, prefixes, decode, join_texts)
 
     def nbest(
         self, lines: list[str], prefixes: list[str] | None = None, **options: Any
@@ -233,7 +233,7 @@ class Translator:
 
 def join_best(found: list[list[tuple[str, float]]]) -> list[tuple[str, float]]:
     """A line's sentences' 1-best (translation, score) pairs as the line's: texts joined, scores summed."""
-    return [(" ".join(hyps[0][0] for hyps in found), sum(hyps[0][1] for hyps in found))]
+    return [(join_texts([hyps[0][0] for hyps in found]), sum(hyps[0][1] for hyps in found))]
 
 
 def as_lines(name: str, lines: Any, kind: type | tuple[type, ...] = str) -> list:

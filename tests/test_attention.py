@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from conftest import run_main
 
 from mt.attention import pharaoh, piece_labels, plot_attention, word_alignments, word_starts
 from mt.cli import main
@@ -69,12 +68,16 @@ def test_word_alignments_line_up_with_the_words_of_both_sides(trained_model, tok
         assert {j for _, j in pairs} == set(range(n_tgt))  # every target word is aligned
 
 
-def test_mt_translate_writes_an_alignment_line_per_input_line(trained, tmp_path, capsys):
+def test_mt_translate_writes_an_alignment_line_per_input_line(fluent, tmp_path, capsys):
     source, aligned = tmp_path / "in.de", tmp_path / "out.align"
     source.write_text("ein Hund läuft .\n\nzwei Männer\n")
-    code, _ = run_main(
-        capsys, "translate", "--run", str(trained[0]), "--input", str(source), "--alignments", str(aligned)
+    assert (
+        main(["translate", "--run", str(fluent), "--input", str(source), "--alignments", str(aligned)]) == 0
     )
+    translations = capsys.readouterr().out.split("\n")
     lines = aligned.read_text().split("\n")
-    assert code == 0 and len(lines) == 4 and lines[1] == "" and lines[3] == ""
-    assert all(pair.count("-") == 1 for pair in lines[0].split() + lines[2].split())
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == "" and lines[0] and lines[2]
+    for line, words, translation in zip(lines, ["ein Hund läuft .", "", "zwei Männer"], translations):
+        pairs = [tuple(map(int, pair.split("-"))) for pair in line.split()]
+        assert all(0 <= i < len(words.split()) and 0 <= j < len(translation.split()) for i, j in pairs)
+        assert {j for _, j in pairs} == set(range(len(translation.split())))  # every target word

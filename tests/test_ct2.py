@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shutil
 import sys
 
 import pytest
@@ -186,7 +187,9 @@ def test_other_weights_and_damaged_exports_are_refused(trained_model, text_model
 
 
 @needs_ct2
-def test_export_then_translate_and_evaluate_with_the_engine(run, tmp_path, capsys):
+def test_export_then_translate_and_evaluate_with_the_engine(fluent, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(fluent, run)  # a run that translates into words: equal outputs are not all ""
     code, err = run_main(capsys, "translate", "--run", str(run), "--engine", "ctranslate2")
     assert code == 2 and "ct2: no CTranslate2 export" in err and "mt export --run" in err
     assert run_main(capsys, "export", "--run", str(run))[0] == 0
@@ -205,6 +208,7 @@ def test_export_then_translate_and_evaluate_with_the_engine(run, tmp_path, capsy
         assert run_main(capsys, "translate", "--run", str(run), "--engine", engine, *args)[0] == 0
         out[engine] = (tmp_path / engine).read_text()
     assert out["torch"] == out["ctranslate2"] and out["torch"].count("\n") == 3
+    assert [bool(line) for line in out["torch"].split("\n")] == [True, False, True, False]
     assert (
         run_main(capsys, "evaluate", "--run", str(run), "--engine", "ctranslate2", "--compute-type", "int8")[
             0

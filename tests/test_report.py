@@ -5,6 +5,8 @@ import shutil
 import sys
 
 import pytest
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
 
 from mt.cli import main
 from mt.errors import ConfigError
@@ -16,7 +18,6 @@ from mt.report import (
     _run_line,
     _verdict,
     load_runs,
-    paired_bootstrap,
     plot_curves,
     write_report,
 )
@@ -32,9 +33,13 @@ def test_report_rows_keys_and_p_value(two_runs, tmp_path):
     rows = {line.split("|")[1].strip().rstrip(" ★"): line for line in table[1:]}
     assert set(rows) == {"ls01", "ls0"}
     assert rows["ls01"].split("|")[-2].strip() == "0.1" and rows["ls0"].split("|")[-2].strip() == "0.0"
-    tests = paired_bootstrap(load_runs(two_runs), "test")  # sacreBLEU's bootstrap is seeded: same p again
-    assert rows["ls0"].split("|")[11].strip() == _p(tests[1]["bleu_p"])
-    assert rows["ls0"].split("|")[13].strip() == _p(tests[1]["chrf_p"])
+    refs = (two_runs[0] / "ref-test.txt").read_text().splitlines()  # sacreBLEU's own test, from the files
+    systems = [(run.name, (run / "hyp-test.txt").read_text().splitlines()) for run in two_runs]
+    _, scores = PairedTest(
+        systems, {"BLEU": BLEU(), "chrF": CHRF()}, [refs], test_type="bs", n_samples=1000
+    )()
+    assert rows["ls0"].split("|")[11].strip() == _p(scores["BLEU"][1].p_value)  # seeded: the same draws
+    assert rows["ls0"].split("|")[13].strip() == _p(scores["chrF2"][1].p_value)  # sacreBLEU names it chrF2
     assert rows["ls01"].split("|")[11].strip() == "–"  # the baseline has no p
     assert "`ls0` vs `ls01`: BLEU" in text and text.count("★") == 2  # legend + the best row
     header = [cell.strip() for cell in table[0].split("|")]

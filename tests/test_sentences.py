@@ -9,7 +9,7 @@ from conftest import run_main
 
 from mt.decode_config import COMMAND_LINE, DecodeConfig, decoding, evaluation_name
 from mt.errors import ConfigError
-from mt.sentences import join_lines, sentences_of, splitter
+from mt.sentences import join_lines, join_texts, sentences_of, splitter
 from mt.translator import Translator
 
 
@@ -33,6 +33,8 @@ def test_lines_split_into_sentences_and_join_back_one_per_line():
         "Wer? Ich.",
     ]
     assert join_lines([[1], [2], [3], [4], [5], [6]], counts, len) == [2, 1, 1, 2]
+    assert join_lines(["A.", "", "", "", "B.", ""], counts) == ["A.", "", "", "B."]  # no stray spaces
+    assert join_texts(["", ""]) == "" and join_texts(["A.", "", "B."]) == "A. B."
 
 
 def test_english_abbreviations_and_german_ordinals_do_not_end_a_sentence():
@@ -71,9 +73,10 @@ def test_split_sentences_gives_no_n_best_lists_and_names_its_evaluations():
 TWO = ["Der Hund sieht die Katze. Die Katze schläft.", "", "Ein Mann läuft."]
 
 
-def test_a_split_line_is_the_translations_of_its_sentences_joined(trained):
-    translator = Translator.from_run(trained[0], device="cpu", beam=2)
+def test_a_split_line_is_the_translations_of_its_sentences_joined(fluent):
+    translator = Translator.from_run(fluent, device="cpu", beam=2)
     alone = translator.translate(["Der Hund sieht die Katze.", "Die Katze schläft.", "Ein Mann läuft."])
+    assert all(alone)  # words: what is joined is seen
     assert translator.translate(TWO, split_sentences=True) == [f"{alone[0]} {alone[1]}", "", alone[2]]
     found = translator.nbest(TWO, split_sentences=True)
     scores = [hyps[0][1] for hyps in translator.nbest(["Der Hund sieht die Katze.", "Die Katze schläft."])]
@@ -88,13 +91,16 @@ def test_a_split_line_is_the_translations_of_its_sentences_joined(trained):
     )
 
 
-def test_mt_translate_split_sentences_keeps_one_line_per_line(trained, tmp_path, capsys):
-    run = str(trained[0])
+def test_mt_translate_split_sentences_keeps_one_line_per_line(fluent, tmp_path, capsys):
+    run = str(fluent)
     (tmp_path / "in").write_text("".join(line + "\n" for line in TWO), encoding="utf-8")
     args = ["translate", "--run", run, "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out")]
     assert run_main(capsys, *args, "--split-sentences")[0] == 0
-    translator = Translator.from_run(run, device="cpu")
-    assert (tmp_path / "out").read_text().splitlines() == translator.translate(TWO, split_sentences=True)
+    alone = Translator.from_run(run, device="cpu").translate(
+        ["Der Hund sieht die Katze.", "Die Katze schläft.", "Ein Mann läuft."]
+    )
+    assert all(alone)  # words: what is joined is seen
+    assert (tmp_path / "out").read_text().splitlines() == [f"{alone[0]} {alone[1]}", "", alone[2]]
     code, err = run_main(capsys, *args, "--split-sentences", "--alignments", str(tmp_path / "a"))
     assert code == 2 and err.strip().splitlines()[-1] == (
         "mt: error: alignments: --split-sentences joins the translations of a line's sentences, "
