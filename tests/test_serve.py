@@ -300,7 +300,11 @@ def test_refusals_of_the_body_itself(client):
 def test_health_info_and_the_page(client, served):
     assert client.get("/health").json() == {"status": "ok", "queued": 0, "batches": 0}
     info = client.get("/info").json()
-    assert (info["name"], info["checkpoint"], info["card"]["steps"]) == ("toy", str(served[0] / "best.pt"), 30)
+    assert (info["name"], info["checkpoint"], info["card"]["steps"]) == (
+        "toy",
+        str(served[0] / "best.pt"),
+        30,
+    )
     assert info["limits"]["max_lines"] == 8 and info["model"]["heads"] == served[3].cfg.n_heads
     assert (info["model"]["encoder_layers"], info["model"]["decoder_layers"]) == served[3].cfg.depth
     page = client.get("/")
