@@ -180,6 +180,14 @@ def run_main(capsys, *args: str) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
+def refused(capsys, folder: Path, *args: str) -> str:
+    """`mt ARGS`'s one-line error: it exits 2 and leaves every file under `folder` as it was."""
+    before = file_hashes(folder)
+    code, err = run_main(capsys, *args)
+    assert code == 2 and file_hashes(folder) == before, err
+    return err
+
+
 def file_hashes(folder: Path) -> dict:
     return {
         str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
