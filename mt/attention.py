@@ -18,6 +18,7 @@ from mt.decode import search
 from mt.decode_config import DecodeConfig
 from mt.files import write_figure
 from mt.model import Seq2Seq, decoder_self_mask
+from mt.script import unspaced
 from mt.tokenizer import PAD, Tokenizer
 
 
@@ -73,11 +74,16 @@ def attention_maps(
 
 
 def word_starts(pieces: list[str]) -> list[int]:
-    """Each piece's whitespace word: a piece that starts with ▁ starts a word (the first always does)."""
-    words, out = -1, []
+    """Each piece's word: a piece that starts with ▁ starts a word (the first always does), and so does
+    a piece that begins or follows a character of a script without spaces (mt.script): in Chinese or
+    Japanese text the tokenizer's pieces are the words."""
+    words, out, before = -1, [], ""
     for piece in pieces:
-        words += piece.startswith("\u2581") or words < 0
+        text = piece.removeprefix("\u2581")
+        seam = bool(text and before) and (unspaced(text[0]) or unspaced(before[-1]))
+        words += piece.startswith("\u2581") or words < 0 or seam
         out.append(words)
+        before = text
     return out
 
 
@@ -87,7 +93,7 @@ def word_alignments(
 ) -> list[list[tuple[int, int]]]:
     """(source word, target word) pairs of each translation, Pharaoh's i-j: every target piece is
     aligned to the source piece its last decoder layer's cross-attention (mean of heads, eos left out)
-    weighs most, in a teacher-forced pass; pieces map to whitespace words (`word_starts`)."""
+    weighs most, in a teacher-forced pass; pieces map to words (`word_starts`)."""
     model.eval()
     device = next(model.parameters()).device
     pairs: list[list[tuple[int, int]]] = []
@@ -139,7 +145,7 @@ def _pieces(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], translations
 
 
 def words_of(pieces: list[str]) -> list[str]:
-    """The whitespace words that `word_starts` numbers, as text: pieces joined, the ▁ marker dropped."""
+    """The words that `word_starts` numbers, as text: pieces joined, the ▁ marker dropped."""
     words: list[str] = []
     for piece, word in zip(pieces, word_starts(pieces)):
         text = piece.removeprefix("\u2581")

@@ -15,6 +15,7 @@ import torch
 
 from mt.config import DataConfig
 from mt.data import TextSource, source_identity, source_lines, split_sources
+from mt.script import words
 
 # in the order they are tried: a pair counts under the first it breaks
 RULES = ("empty", "too_long", "ratio", "copy", "language", "leak", "duplicate")
@@ -30,11 +31,13 @@ def held_out_sources(cfg: DataConfig) -> list[TextSource]:
     return [side for side in sides if not isinstance(side, Path) or side.exists()]
 
 
-_PUNCTUATION = ".,;:!?\"'()[]«»„“”‘’-"
+_PUNCTUATION = ".,;:!?\"'()[]«»„“”‘’-。，、；：！？「」『』（）《》"
 
 
-def words(line: str) -> list[str]:
-    return [w.strip(_PUNCTUATION) for w in line.lower().split()]
+def _words(line: str) -> list[str]:
+    """`line`'s words for the language rule: mt.script's (characters in Chinese or Japanese text),
+    lower-cased, without their punctuation."""
+    return [w.strip(_PUNCTUATION) for w in words(line.lower())]
 
 
 class Languages:
@@ -43,11 +46,11 @@ class Languages:
     is in the other language (a pair with its sides exchanged, a copied side)."""
 
     def __init__(self, val_source: list[str], val_target: list[str]):
-        src, tgt = ({w for line in side for w in words(line)} for side in (val_source, val_target))
+        src, tgt = ({w for line in side for w in _words(line)} for side in (val_source, val_target))
         self.only = (src - tgt, tgt - src)
 
     def wrong(self, line: str, side: int) -> bool:
-        found = words(line)
+        found = _words(line)
         own, other = (sum(w in only for w in found) for only in (self.only[side], self.only[1 - side]))
         return other > own
 

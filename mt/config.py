@@ -15,10 +15,11 @@ from typing import Any
 
 import yaml
 
+from mt.config_yaml import apply_overrides, read_with_bases, read_yaml
 from mt.decode_config import DecodeConfig, decoding
 from mt.errors import ConfigError
 from mt.files import write_text
-from mt.metrics import BEST_METRICS
+from mt.metrics import BEST_METRICS, BLEU_TOKENIZERS, bleu_tokenizer
 from mt.schema import Mismatch, build, choice, within
 
 
@@ -41,6 +42,10 @@ class CleanConfig:
 RESUMABLE = {"resumable": True}
 
 
+# the languages of the corpora mt names (toy: mt.generated.toy's German, English and Chinese sides)
+CORPUS_LANGUAGES = {"multi30k": ("de", "en"), "toy": ("de", "en", "zh"), "synthetic": ("de", "en")}
+
+
 @dataclass(frozen=True)
 class DataConfig:
     # toy and synthetic (mt.generated: the latter WMT-shaped, for GPU-sized benchmarks) are generated;
@@ -48,7 +53,7 @@ class DataConfig:
     # multi30k: folder holding multi30k/ ("" = $MT_DATA_DIR, else download into data/);
     # files: folder holding {train,val,test}.{src_lang,tgt_lang}, plain or .gz
     dir: str = ""
-    src_lang: str = "de"  # multi30k, toy and synthetic: de or en; files: the files' suffix
+    src_lang: str = "de"  # multi30k, toy, synthetic: CORPUS_LANGUAGES; files: the files' suffix
     tgt_lang: str = "en"
     synthetic_pairs: int = within(300_000, 1)  # synthetic: training pairs generated (mt.generated.synthetic)
     max_len: int = within(100, 1)  # training pairs with more pieces on either side are dropped
@@ -62,7 +67,9 @@ class DataConfig:
 @dataclass(frozen=True)
 class TokenizerConfig:
     vocab_size: int = within(8000, 16)
-    character_coverage: float = within(1.0, 0.9, 1.0)
+    # 0 = auto: 0.9995 for a rich character set (> 1,000 distinct Han/kana/Hangul in the BPE sample),
+    # sentencepiece's advice for Chinese and Japanese; else 1.0 (mt.script.tokenizer_settings)
+    character_coverage: float = within(0.0, 0.0, 1.0)
     sample_sentences: int = within(2_000_000, 1000)  # lines (both sides) BPE learns from: a seeded sample
     from_run: str = ""  # a run directory whose spm.model this run uses (no BPE is learned); "" = learn one
 
@@ -142,6 +149,13 @@ FREEZABLE = ("embeddings", "encoder", "decoder")  # train.freeze's parts (Seq2Se
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    # BLEU's tokenizer; auto: sacreBLEU's choice for data.tgt_lang (zh: zh, ja: ja-mecab, ko: ko-mecab,
+    # others 13a), char where ja-mecab or ko-mecab is not installed (mt.metrics.bleu_tokenizer)
+    bleu_tokenize: str = choice("auto", "auto", *BLEU_TOKENIZERS)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str = field(default="run", metadata=RESUMABLE)
     base: str = field(
@@ -152,6 +166,12 @@ class RunConfig:
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
     decode: DecodeConfig = field(default=DecodeConfig(), metadata=RESUMABLE)  # how `mt translate` decodes
+    eval: EvalConfig = EvalConfig()  # how translations are scored: validation, evaluate, tune
+
+    @property
+    def bleu_tokenize(self) -> str:
+        """BLEU's tokenizer for this run's target language: eval.bleu_tokenize, auto resolved."""
+        return bleu_tokenizer(self.eval.bleu_tokenize, self.data.tgt_lang)
 
 
 # What users of JoeyNMT and fairseq call some of our keys: "did you mean" hints for them.
@@ -196,12 +216,16 @@ def check_config(cfg: RunConfig) -> RunConfig:
         )
     for key in ("src_lang", "tgt_lang"):
         lang = getattr(cfg.data, key)
-        if cfg.data.corpus != "files" and lang not in ("de", "en"):
-            raise ConfigError(f"data.{key}: {lang!r} is not one of de, en (the {cfg.data.corpus} languages)")
+        known = CORPUS_LANGUAGES.get(cfg.data.corpus)
+        if known and lang not in known:
+            raise ConfigError(
+                f"data.{key}: {lang!r} is not one of {', '.join(known)} (the {cfg.data.corpus} languages)"
+            )
         if not lang.isidentifier():
             raise ConfigError(f"data.{key}: {lang!r} is not a file suffix like 'de'")
     if cfg.data.src_lang == cfg.data.tgt_lang:
         raise ConfigError(f"data.src_lang and data.tgt_lang are both {cfg.data.src_lang!r}")
+    cfg.bleu_tokenize  # a named BLEU tokenizer that is not installed is refused now, not after training
     if cfg.train.device == "cpu":  # auto is checked once the device is known (mt.session)
         check_precision(cfg.train.precision, "cpu")
     decoding(DecodeConfig(), dataclasses.asdict(cfg.decode))  # n_best <= beam, in the config's terms
@@ -236,80 +260,8 @@ def _check_lineage(t: TrainConfig, tokenizer: TokenizerConfig) -> None:
         )
 
 
-def _parse_override(item: str) -> tuple[list[str], Any]:
-    if "=" not in item:
-        raise ConfigError(f"--set {item!r}: expected key.path=value, e.g. train.lr=5e-4")
-    key, text = item.split("=", 1)
-    try:
-        value = yaml.safe_load(text) if text else ""
-    except yaml.YAMLError:
-        value = text
-    return key.strip().split("."), value
-
-
-def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """Apply `key.path=value` strings to a raw config mapping (values parsed as YAML scalars)."""
-    for item in overrides:
-        keys, value = _parse_override(item)
-        node = raw
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set {item!r}: '{k}' is not a section")
-        node[keys[-1]] = value
-    return raw
-
-
 def config_from_dict(raw: dict) -> RunConfig:
     return check_config(_typed(raw))
-
-
-def _read_yaml(path: Path) -> dict:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read config ({e})") from None
-    except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, most control characters)
-        raise ConfigError(
-            f"{path}: character {e.position + 1} ({e.character!r}) is not allowed in YAML; save the "
-            f"config as plain UTF-8 text"
-        ) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} is not valid YAML ({getattr(e, 'problem', e)})") from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a YAML mapping of sections, got {type(raw).__name__}")
-    return raw
-
-
-def _merge(base: dict, child: dict) -> dict:
-    """`child` on top of `base`, section by section."""
-    merged = dict(base)
-    for key, value in child.items():
-        both = isinstance(value, dict) and isinstance(merged.get(key), dict)
-        merged[key] = _merge(merged[key], value) if both else value
-    return merged
-
-
-def _read_with_bases(path: Path, chain: tuple[Path, ...] = ()) -> dict:
-    """The file's mapping merged over the mappings of its `base:` chain."""
-    if path.resolve() in chain:
-        raise ConfigError(f"{path}: base: configs extend each other in a loop")
-    raw = _read_yaml(path)
-    base = raw.get("base", "")
-    if not base:
-        return raw
-    if not isinstance(base, str):
-        raise ConfigError(f"{path}: base: expected a path to another config, got {type(base).__name__}")
-    base_path = path.parent / base
-    inherited = _read_with_bases(base_path, chain + (path.resolve(),))
-    inherited.pop("name", None)
-    return {**_merge(inherited, raw), "base": str(base_path)}
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
@@ -318,7 +270,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
     The name defaults to the file's stem. An error names where the bad value came from: the file, or
     the `--set` that brought it."""
     path = Path(path)
-    raw = _read_with_bases(path)
+    raw = read_with_bases(path)
     raw.setdefault("name", path.stem)
     try:
         _typed(raw)
@@ -339,7 +291,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
 def read_saved_config(path: str | Path) -> RunConfig:
     """A run's DIR/config.yaml, the resolved config `save_config` wrote: its `base:` only records where
     the config came from, so it is not followed."""
-    raw = _read_yaml(Path(path))
+    raw = read_yaml(Path(path))
     try:
         return config_from_dict(raw)
     except ConfigError as e:

@@ -43,6 +43,7 @@ from mt.data import (
 )
 from mt.errors import DataError
 from mt.files import file_sha256, write_failure, write_text
+from mt.script import tokenizer_settings
 from mt.tokenizer import Tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -110,16 +111,23 @@ def tokenizer_sample(cfg: DataConfig, limit: int, seed: int, path: Path) -> tupl
     return written, total
 
 
-def learn_tokenizer(cfg: RunConfig) -> tuple[Tokenizer, int]:
+def learn_tokenizer(cfg: RunConfig) -> tuple[Tokenizer, int, dict]:
     """Joint BPE learned from at most tokenizer.sample_sentences training lines (seeded by
-    train.seed); returns it and the number of training pairs."""
+    train.seed), with the character coverage and normalization their script asks for (mt.script);
+    returns it, the number of training pairs, and the card's record of those settings and why."""
     with tempfile.TemporaryDirectory(prefix="mt-bpe-") as folder:
         sample = Path(folder) / "sample.txt"
         written, total = tokenizer_sample(cfg.data, cfg.tokenizer.sample_sentences, cfg.train.seed, sample)
-        tokenizer = train_tokenizer(sample, cfg.tokenizer.vocab_size, cfg.tokenizer.character_coverage)
+        with open(sample, encoding="utf-8") as lines:
+            settings = tokenizer_settings(cfg.tokenizer.character_coverage, lines)
+        coverage, normalization = settings["character_coverage"], settings["normalization"]
+        tokenizer = train_tokenizer(sample, cfg.tokenizer.vocab_size, coverage, normalization)
     how = "all" if written == total else f"a seeded sample of {written} (tokenizer.sample_sentences) of the"
     log.info("joint BPE learned from %s %d training lines: %d pieces", how, total, tokenizer.vocab_size)
-    return tokenizer, total // 2
+    log.info(
+        "BPE: character coverage %g, %s normalization (%s)", coverage, normalization, settings["chosen_by"]
+    )
+    return tokenizer, total // 2, settings
 
 
 # ---- binarizing ---------------------------------------------------------------------------------------

@@ -255,8 +255,10 @@ def corpus_file(folder: Path, split: str, lang: str) -> Path:
 
 def split_sources(cfg: DataConfig, split: str) -> tuple[TextSource, TextSource]:
     """Where the source and target sides of `split` (train|val|test) are: files, or generated lists."""
-    if cfg.corpus in ("toy", "synthetic"):
-        de, en = toy_corpus()[split] if cfg.corpus == "toy" else generated_corpus(cfg.synthetic_pairs)[split]
+    if cfg.corpus == "toy":
+        return toy_corpus(languages=(cfg.src_lang, cfg.tgt_lang))[split]
+    if cfg.corpus == "synthetic":
+        de, en = generated_corpus(cfg.synthetic_pairs)[split]
         by_lang = {"de": de, "en": en}
         return by_lang[cfg.src_lang], by_lang[cfg.tgt_lang]
     if cfg.corpus == "files":

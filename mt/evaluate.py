@@ -50,7 +50,7 @@ def evaluate_run(translator: Translator, split: str = "test", files: tuple[str, 
             {"engine": decode.engine, "compute_type": decode.compute_type} if decode.engine != "torch" else {}
         ),
         **({"ensemble": ensemble} if ensemble else {}),
-        **corpus_scores(hyps, ref, sources=src),
+        **corpus_scores(hyps, ref, sources=src, tokenize=cfg.bleu_tokenize),
         "refs_sha256": lines_sha256(ref),
         "hyp_file": f"hyp-{key}.txt",
         "ref_file": f"ref-{name}.txt",

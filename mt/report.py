@@ -20,7 +20,7 @@ from sacrebleu.significance import PairedTest
 from mt.config import config_to_dict, flatten, read_saved_config
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_figure, write_text
-from mt.metrics import HEADLINE, METRICS, Metric, improves
+from mt.metrics import HEADLINE, METRICS, Metric, improves, signature_tokenizer
 from mt.run.card import read_card
 from mt.run.folder import read_metrics
 from mt.run.provenance import differing_keys
@@ -123,13 +123,26 @@ def comparability(base: dict | None, other: dict | None) -> str:
     return ""
 
 
+def check_one_tokenizer(runs: list[Run], setting: str) -> None:
+    """Refuse runs whose BLEU was scored with another tokenizer than the baseline's: tok:zh and tok:13a
+    count different units, so neither their scores nor a test between them mean anything."""
+    tokenizers = [signature_tokenizer((r.result(setting) or {}).get("bleu_signature", "")) for r in runs]
+    for run, tokenizer in zip(runs[1:], tokenizers[1:]):
+        if (run.result(setting) or {}).get("bleu_signature") and tokenizer != tokenizers[0]:
+            raise RunDirError(
+                f"{run.path}: BLEU scored with sacreBLEU's {tokenizer} tokenizer, the baseline "
+                f"{runs[0].path} with {tokenizers[0]}; a report compares scores of one tokenizer "
+                f"(eval.bleu_tokenize)"
+            )
+
+
 def paired_bootstrap(runs: list[Run], setting: str) -> list[dict]:
     """sacreBLEU paired bootstrap resampling of each run against the first: one dict per run with each
     headline metric's score (bleu), 95% CI (bleu_ci) and p-value (bleu_p; None for the baseline)."""
     base = runs[0].result(setting)
     refs = runs[0].lines(base["ref_file"], base["sentences"])
     systems = [(r.label, r.lines(r.result(setting)["hyp_file"], base["sentences"])) for r in runs]
-    metrics = {m.key: m.make() for m in HEADLINE}
+    metrics = {m.key: m.make(signature_tokenizer(base["bleu_signature"])) for m in HEADLINE}
     test = PairedTest(systems, metrics, [refs], test_type="bs", n_samples=BOOTSTRAP_SAMPLES)
     _, scores = test()
     columns = [scores[k] for k in scores if k != "System"]  # one per metric, in HEADLINE's order
@@ -177,6 +190,7 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
             f"{runs[0].path}: the baseline has no '{runs[0].setting or setting}' result; "
             f"run `mt evaluate` on it first"
         )
+    check_one_tokenizer(runs, setting)
     comparable = [r for r, why in zip(runs, problems) if not why]
     tests = (
         dict(zip([r.label for r in comparable], paired_bootstrap(comparable, setting)))

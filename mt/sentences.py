@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 from mt.errors import ConfigError
+from mt.script import join_words
 
 Splitter = Callable[[str, str], list[str]]  # (language, line) -> its sentences
 
@@ -44,9 +45,13 @@ def sentences_of(lines: list[str], lang: str, split: Splitter) -> tuple[list[str
 
 
 def join_texts(texts: list[str]) -> str:
-    """A line's sentences' translations as one line, joined by a space; a sentence translated as
-    nothing leaves no space behind (a line of such sentences is "", not " ")."""
-    return " ".join(text for text in texts if text)
+    """A line's sentences' translations as one line, joined by a space, or by nothing between
+    sentences in a script written without spaces (mt.script.join_words: "一只狗。它跑了。"); a
+    sentence translated as nothing leaves no space behind (a line of such sentences is "", not " ")."""
+    joined = ""
+    for text in texts:
+        joined = join_words(joined, text)
+    return joined
 
 
 def join_lines(translations: list, counts: list[int], join: Callable[[list], object] = join_texts) -> list:

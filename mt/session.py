@@ -58,20 +58,23 @@ def new_tokenizer(
 ) -> tuple[Tokenizer, int | None, dict]:
     """A new run's tokenizer, the pair count if BPE read the corpus, and its origin for the card: the
     parent's tokenizer (train.init_from), another run's (tokenizer.from_run), or joint BPE learned
-    here; and the teacher of a distilled corpus (mt.run.parent.teacher_of)."""
+    here with its settings for the script; and the teacher of a distilled corpus
+    (mt.run.parent.teacher_of)."""
     teacher = teacher_of(cfg)
     if parent:
         return parent.tokenizer, None, {"parent": parent.record()} | teacher
     if cfg.tokenizer.from_run:
         tokenizer, source = shared_tokenizer(cfg, run_dir)
         return tokenizer, None, {"tokenizer_from": source} | teacher
-    return *joint_bpe(cfg, ranks), teacher
+    tokenizer, pairs, settings = joint_bpe(cfg, ranks)
+    return tokenizer, pairs, {"tokenizer": settings} | teacher
 
 
-def joint_bpe(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[Tokenizer, int | None]:
-    """Learned once, on rank 0, so that every rank has the very same pieces; and the pair count."""
-    tokenizer, pairs = corpus.learn_tokenizer(cfg) if ranks.main else (None, None)
-    return Tokenizer(distributed.from_main(tokenizer.proto if tokenizer else None, ranks)), pairs
+def joint_bpe(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[Tokenizer, int | None, dict]:
+    """Learned once, on rank 0, so that every rank has the very same pieces; the pair count and the
+    settings chosen for the script (rank 0; mt.script.tokenizer_settings)."""
+    tokenizer, pairs, settings = corpus.learn_tokenizer(cfg) if ranks.main else (None, None, {})
+    return Tokenizer(distributed.from_main(tokenizer.proto if tokenizer else None, ranks)), pairs, settings
 
 
 def training_corpus(

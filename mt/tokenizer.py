@@ -18,6 +18,7 @@ import sentencepiece as spm
 
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_bytes
+from mt.script import unspaced
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # sentencepiece's training threads are written into spm.model (its trainer_spec), though not into its
@@ -38,7 +39,7 @@ class Tokenizer:
             # every piece read once: a damaged one (invalid UTF-8) fails here, not in the middle of a
             # translation
             self._word_starts = {
-                i for i in range(self.sp.get_piece_size()) if self.sp.id_to_piece(i).startswith("\u2581")
+                i for i in range(self.sp.get_piece_size()) if _starts_word(self.sp.id_to_piece(i))
             }
             self._merge_scores = {  # the pieces a BPE merge may make, with their priority
                 self.sp.id_to_piece(i): self.sp.get_score(i)
@@ -119,7 +120,8 @@ class Tokenizer:
         return self.sp.decode(ids) if ids else []  # sentencepiece gives "" for no lines
 
     def starts_word(self, piece_id: int) -> bool:
-        """True for pieces that begin a word (sentencepiece's U+2581 prefix)."""
+        """True for pieces that begin a word: sentencepiece's U+2581 prefix, or a first character of a
+        script without spaces (mt.script), where a piece is a word of its own."""
         return piece_id in self._word_starts
 
     def pieces(self, line: str) -> list[str]:
@@ -129,11 +131,19 @@ class Tokenizer:
         write_bytes(path, self.proto)
 
 
+def _starts_word(piece: str) -> bool:
+    return piece.startswith("\u2581") or bool(piece) and unspaced(piece[0])
+
+
 def train_tokenizer(
-    texts: Iterable[str] | Path, vocab_size: int, character_coverage: float = 1.0
+    texts: Iterable[str] | Path,
+    vocab_size: int,
+    character_coverage: float = 1.0,
+    normalization: str = "nmt_nfkc",
 ) -> Tokenizer:
     """Train a BPE model on `texts` (source and target lines together): lines in memory, or a file of
-    one sentence a line that sentencepiece reads itself (all of it: sample before, see `corpus`)."""
+    one sentence a line that sentencepiece reads itself (all of it: sample before, see `corpus`).
+    `normalization`: sentencepiece's rule, nmt_nfkc or identity (mt.script.tokenizer_settings)."""
     # a file is streamed to sentencepiece rather than named: the model would record its (temporary)
     # path, and two trainings on the same lines would differ in their bytes and sha256
     lines = _file_lines(texts) if isinstance(texts, Path) else iter(texts)
@@ -146,6 +156,7 @@ def train_tokenizer(
             model_type="bpe",
             vocab_size=vocab_size,
             character_coverage=character_coverage,
+            normalization_rule_name=normalization,
             pad_id=PAD,
             unk_id=UNK,
             bos_id=BOS,
@@ -155,10 +166,21 @@ def train_tokenizer(
             minloglevel=2,
         )
     except RuntimeError as e:
-        limit = re.search(r"<= (\d+)", str(e))
-        hint = f"; set it to at most {limit.group(1)}" if limit else ""
-        raise ConfigError(f"tokenizer.vocab_size: {vocab_size} is too large for this corpus{hint}") from None
+        raise ConfigError(_vocab_size_problem(str(e), vocab_size), "tokenizer.vocab_size") from None
     return Tokenizer(proto.getvalue())
+
+
+def _vocab_size_problem(error: str, vocab_size: int) -> str:
+    """sentencepiece's refusal of a vocabulary size, in the config's terms."""
+    needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", error)
+    if needed:  # a rich character set: every kept character needs a piece of its own
+        return (
+            f"tokenizer.vocab_size: {vocab_size} is too small: this corpus's characters and the special "
+            f"pieces need at least {needed.group(1)}; set it higher, or lower tokenizer.character_coverage"
+        )
+    limit = re.search(r"<= (\d+)", error)
+    hint = f"; set it to at most {limit.group(1)}" if limit else ""
+    return f"tokenizer.vocab_size: {vocab_size} is too large for this corpus{hint}"
 
 
 def _file_lines(path: Path) -> Iterator[str]:

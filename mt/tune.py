@@ -52,7 +52,7 @@ def try_settings(translator: Translator, src: list[str], ref: list[str], grid: G
     for beam, alpha in grid:
         start = time.perf_counter()
         hyps = translator.translate(src, beam=beam, length_penalty=alpha, n_best=1)
-        scores = corpus_scores(hyps, ref, sources=src)
+        scores = corpus_scores(hyps, ref, sources=src, tokenize=translator.config.bleu_tokenize)
         tried.append(
             {
                 "beam": beam,

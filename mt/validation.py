@@ -60,7 +60,9 @@ def validate(
             loss, nll = batch_loss(model, batch.to(device), cfg.train.label_smoothing)
         loss_sum, nll_sum, ntokens = loss_sum + loss.item(), nll_sum + nll.item(), ntokens + batch.ntokens
     hyps = translate_lines(model, tokenizer, val.src_lines, validation_decoding(cfg))  # on model's device
-    scores = corpus_scores(hyps, val.ref_lines, sources=val.src_lines, metrics=HEADLINE)
+    scores = corpus_scores(
+        hyps, val.ref_lines, sources=val.src_lines, metrics=HEADLINE, tokenize=cfg.bleu_tokenize
+    )
     model.train()
     for i in range(3):
         log.info(

@@ -67,7 +67,7 @@ def bench_pairs(cfg, steps: int) -> tuple[Pairs, int]:
         n = max(1000, steps * cfg.train.max_tokens // 40)  # ~60 tokens a pair: more than enough
         pairs = Pairs.of(*synthetic.piece_pairs(n, vocab_size, cfg.train.seed))
     else:
-        tokenizer, total = corpus.learn_tokenizer(cfg)  # what `mt train` does: BPE, binarized pairs
+        tokenizer, total, _ = corpus.learn_tokenizer(cfg)  # what `mt train` does: BPE, binarized pairs
         pairs, vocab_size = corpus.load(corpus.prepare(cfg.data, tokenizer, total)), tokenizer.vocab_size
     plan = epoch_plan(pairs.src_len, pairs.tgt_len, cfg.train.max_tokens, cfg.train.seed, 1)
     rows = torch.cat([plan.rows(j) for j in range(min(steps, len(plan)))])

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mt.attention import pharaoh, piece_labels, plot_attention, word_alignments, word_starts
+from mt.attention import pharaoh, piece_labels, plot_attention, word_alignments, word_starts, words_of
 from mt.cli import main
 
 
@@ -55,6 +55,15 @@ def test_attention_plot_has_a_colour_scale(tmp_path):
 def test_a_piece_starting_with_the_space_mark_starts_a_word():
     assert word_starts(["\u2581Ein", "\u2581Bos", "ton", "\u2581Terr", "ier", "."]) == [0, 1, 1, 2, 2, 2]
     assert word_starts(["ab", "\u2581c"]) == [0, 1]  # the first piece always starts a word
+
+
+def test_in_chinese_each_piece_is_a_word_as_in_the_same_pieces_spaced():
+    """Chinese has no space marks after the first piece: each piece of its script is a word (BPE's
+    merges), numbered as the same pieces each after a space would be; Latin pieces between them join."""
+    pieces = ["\u2581这", "只", "狗", "看见", "了", "DV", "D", "。"]
+    spaced = ["\u2581这", "\u2581只", "\u2581狗", "\u2581看见", "\u2581了", "\u2581DV", "D", "\u2581。"]
+    assert word_starts(pieces) == word_starts(spaced) == [0, 1, 2, 3, 4, 5, 5, 6]
+    assert words_of(pieces) == ["这", "只", "狗", "看见", "了", "DVD", "。"]
 
 
 def test_word_alignments_line_up_with_the_words_of_both_sides(trained_model, tokenizer, toy):

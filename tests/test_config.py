@@ -198,7 +198,16 @@ def test_one_path_from_user_options_to_a_checked_decode_config():
         (
             "trian:\n  lr: 1\n",
             "{p}: unknown key 'trian'; did you mean 'train'? valid keys: name, base, data, tokenizer, "
-            "model, train, decode",
+            "model, train, decode, eval",
+        ),
+        (
+            "data:\n  tgt_lang: zh\n",
+            "{p}: data.tgt_lang: 'zh' is not one of de, en (the multi30k languages)",
+        ),
+        (
+            "eval:\n  bleu_tokenize: 13A\n",
+            "{p}: eval.bleu_tokenize: '13A' is not one of auto, 13a, zh, ja-mecab, ko-mecab, intl, char, "
+            "none",
         ),
         (
             "data:\n  corpus: files\n",

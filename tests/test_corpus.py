@@ -13,6 +13,7 @@ from mt.config import CleanConfig, DataConfig
 from mt.corpus import tokenizer_sample
 from mt.data import load_split
 from mt.errors import DataError
+from mt.generated.toy import toy_corpus
 
 
 @pytest.fixture
@@ -248,3 +249,28 @@ def test_a_changed_val_file_rebuilds_the_cache_its_leak_rule_read(files, tokeniz
         for line in (first / "removed.tsv").read_text().splitlines()
         if line.endswith(("empty", "too_long"))
     ]
+
+
+def test_the_language_rule_tells_chinese_from_english_as_it_tells_the_same_text_spaced():
+    """A side in the other side's language is found in Chinese as in Chinese written with a space
+    between characters (mt.script's words): each verdict the same, on every test pair either way round."""
+    _, val_en, val_zh = toy_corpus(languages=("de", "en", "zh"))["val"]
+    _, test_en, test_zh = toy_corpus(languages=("de", "en", "zh"))["test"]
+    chinese, spaced = (
+        clean.Languages(val_en, val_zh),
+        clean.Languages(val_en, [" ".join(line) for line in val_zh]),
+    )
+    verdicts = [
+        (chinese.wrong(en, 0), chinese.wrong(zh, 1), chinese.wrong(zh, 0), chinese.wrong(en, 1))
+        for en, zh in zip(test_en, test_zh)
+    ]
+    assert verdicts == [
+        (
+            spaced.wrong(en, 0),
+            spaced.wrong(" ".join(zh), 1),
+            spaced.wrong(" ".join(zh), 0),
+            spaced.wrong(en, 1),
+        )
+        for en, zh in zip(test_en, test_zh)
+    ]
+    assert verdicts == [(False, False, True, True)] * len(test_en)  # exchanged sides are caught

@@ -7,10 +7,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import REPORT, ROOT, TINY, metrics
 
 from mt.cli import main
+from mt.config import load_config
 from mt.evaluate import evaluate_run
+from mt.generated.toy import toy_corpus
+from mt.metrics import corpus_scores
 from mt.run.folder import load_run
+from mt.train import train
 from mt.translate import translate_lines
 from mt.translator import Translator
 
@@ -74,3 +79,32 @@ def test_an_ensemble_is_evaluated_as_a_setting_of_its_own(run, trained):
     assert together["bleu"] == pytest.approx(alone["bleu"], abs=1e-6)  # a run with a copy of itself
     card = json.loads((run / "card.json").read_text())
     assert {"test-beam2", "test-beam2-ens2"} <= set(card["results"])
+
+
+def test_an_english_to_chinese_run_is_scored_with_the_zh_tokenizer(tmp_path):
+    """en->zh on the toy corpus's Chinese side: validation, evaluation and the card score BLEU with
+    sacreBLEU's zh tokenizer (tok:zh), under which the trained model is far above where it started;
+    13a, which counts each unspaced Chinese sentence as one word, sees almost nothing either way."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for split, n in [("train", 400), ("val", 40), ("test", 40)]:
+        for lang, lines in zip(("en", "zh"), toy_corpus(languages=("en", "zh"))[split]):
+            (folder / f"{split}.{lang}").write_text(
+                "".join(line + "\n" for line in lines[:n]), encoding="utf-8"
+            )
+    overrides = TINY + REPORT + [f"data.dir={folder}", "data.src_lang=en", "data.tgt_lang=zh"]
+    overrides += ["tokenizer.vocab_size=400", "model.d_model=64", "model.d_ff=128"]
+    overrides += ["train.max_steps=250", "train.valid_every=50"]
+    run = tmp_path / "run"
+    train(load_config(ROOT / "configs/toy.yaml", overrides), run)
+    validations = [r for r in metrics(run) if "val_bleu" in r]
+    assert validations[0]["val_bleu"] < 1 and validations[-1]["val_bleu"] > 25
+    result = evaluate_run(Translator.from_run(run, device="cpu"), "test")
+    assert "|tok:zh|" in result["bleu_signature"] and result["bleu"] > 20
+    card = json.loads((run / "card.json").read_text())
+    assert card["results"]["test"]["bleu_signature"] == result["bleu_signature"]
+    assert card["tokenizer"]["normalization"] == "identity" and card["tokenizer"]["character_coverage"] == 1.0
+    hyps = (run / result["hyp_file"]).read_text(encoding="utf-8").splitlines()
+    refs = (run / result["ref_file"]).read_text(encoding="utf-8").splitlines()
+    assert corpus_scores(hyps, refs)["bleu"] < 5  # 13a
+    assert "，" in "".join(refs) and "，" in "".join(hyps)  # full-width punctuation kept (not NFKC's ",")

@@ -1,6 +1,9 @@
 """mt/metrics.py: the one list of metrics, each scored with a signature."""
 
-from mt.metrics import METRICS, corpus_scores
+import pytest
+
+from mt.errors import ConfigError
+from mt.metrics import METRICS, bleu_tokenizer, corpus_scores, signature_tokenizer
 
 
 def test_every_metric_gives_a_score_and_a_signature():
@@ -16,3 +19,52 @@ def test_lines_that_repeat_a_word_4_gram_are_counted():
     hypotheses = ["a b c d a b c d", "a b c d e", "", "the the the the the", "a b c a b c"]
     scores = corpus_scores(hypotheses, ["x"] * 5)
     assert scores["repeated_4grams"] == 2.0 and scores["repeated_4grams_signature"] == "lines|words|n:4"
+
+
+def test_repeated_ngrams_in_chinese_are_found_as_in_the_same_text_spaced():
+    chinese = ["这只狗看见这只狗看见", "这只狗看见一只猫。", "", "好好好好好"]
+    spaced = [" ".join(line) for line in chinese]  # each character a word, written with spaces
+    found = corpus_scores(chinese, ["x"] * 4)["repeated_4grams"]
+    assert found == corpus_scores(spaced, ["x"] * 4)["repeated_4grams"] == 2.0
+
+
+def test_bleu_tokenizer_is_sacrebleus_choice_for_the_target_language():
+    assert [bleu_tokenizer("auto", lang) for lang in ("en", "de", "zh", "zh-CN", "ZH_Hans")] == [
+        "13a",
+        "13a",
+        "zh",
+        "zh",
+        "zh",
+    ]
+    assert bleu_tokenizer("intl", "zh") == "intl" and bleu_tokenizer("char", "de") == "char"
+
+
+def test_a_japanese_target_without_mecab_is_scored_by_characters_or_refused(monkeypatch, caplog):
+    monkeypatch.setattr("mt.metrics.installed", lambda tokenizer: tokenizer not in ("ja-mecab", "ko-mecab"))
+    bleu_tokenizer.cache_clear()
+    try:
+        assert bleu_tokenizer("auto", "ja") == "char"
+        assert (
+            "scored with sacreBLEU's char tokenizer: ja-mecab is not installed (pip install 'sacrebleu[ja]')"
+            in (caplog.text)
+        )
+        with pytest.raises(ConfigError) as refused:
+            bleu_tokenizer("ko-mecab", "ko")
+        assert (
+            str(refused.value)
+            == "eval.bleu_tokenize: ko-mecab needs its packages: pip install 'sacrebleu[ko]'"
+        )
+    finally:
+        bleu_tokenizer.cache_clear()
+
+
+def test_chinese_bleu_counts_characters_where_13a_sees_one_word_a_sentence():
+    refs = ["这只狗看见一只猫。", "一个男人在桌子下面睡觉。"]
+    hyps = ["这只狗看见一只鸟。", "一个女人在桌子下面睡觉。"]  # one word wrong in each
+    zh = corpus_scores(hyps, refs, tokenize="zh")
+    assert "|tok:zh|" in zh["bleu_signature"] and zh["bleu"] > 50
+    assert corpus_scores(hyps, refs)["bleu"] < 1  # 13a: no sentence is entirely right
+    assert (
+        signature_tokenizer(zh["bleu_signature"]) == "zh"
+        and signature_tokenizer("nrefs:1|case:mixed") == "13a"
+    )

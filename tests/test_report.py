@@ -105,20 +105,34 @@ def test_one_run_compares_two_of_its_evaluations(two_runs, tmp_path, capsys):
     )
 
 
-@pytest.mark.slow
-def test_report_refuses_runs_scored_with_other_metric_signatures(two_runs, tmp_path):
-    other = tmp_path / "intl"
-    shutil.copytree(two_runs[1], other)
+def _signed(run, tmp_path, old: str, new: str):
+    """A copy of `run` whose test result's BLEU signature says `new` where it said `old`."""
+    other = tmp_path / new.replace(":", "-")
+    shutil.copytree(run, other)
     card = json.loads((other / "card.json").read_text())
-    card["results"]["test"]["bleu_signature"] = card["results"]["test"]["bleu_signature"].replace(
-        "tok:13a", "tok:intl"
-    )
+    card["results"]["test"]["bleu_signature"] = card["results"]["test"]["bleu_signature"].replace(old, new)
     (other / "card.json").write_text(json.dumps(card))
+    return other
+
+
+@pytest.mark.slow
+def test_report_sets_aside_runs_scored_with_other_metric_signatures(two_runs, tmp_path):
+    other = _signed(two_runs[1], tmp_path, "smooth:exp", "smooth:floor")
     text = write_report([two_runs[0], other], tmp_path / "r.md")[0].read_text()
     assert (
         f"> **Not compared:** `{other}` was scored with different metric signatures than the baseline" in text
     )
     assert "Nothing to test: fewer than two comparable runs." in text
+
+
+def test_report_refuses_runs_scored_with_another_bleu_tokenizer(two_runs, tmp_path, capsys):
+    other = _signed(two_runs[1], tmp_path, "tok:13a", "tok:zh")
+    assert main(["report", str(two_runs[0]), str(other), "--out", str(tmp_path / "r.md")]) == 2
+    assert capsys.readouterr().err == (
+        f"mt: error: {other}: BLEU scored with sacreBLEU's zh tokenizer, the baseline {two_runs[0]} with "
+        f"13a; a report compares scores of one tokenizer (eval.bleu_tokenize)\n"
+    )
+    assert not (tmp_path / "r.md").exists()
 
 
 @pytest.mark.slow

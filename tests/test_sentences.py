@@ -37,6 +37,14 @@ def test_lines_split_into_sentences_and_join_back_one_per_line():
     assert join_texts(["", ""]) == "" and join_texts(["A.", "", "B."]) == "A. B."
 
 
+def test_chinese_lines_split_at_their_full_stops_and_join_without_spaces():
+    lines = ["一只狗在跑。两只猫在睡觉！你呢？", "没有句号"]
+    sentences, counts = sentences_of(lines, "zh", splitter())
+    assert sentences == ["一只狗在跑。", "两只猫在睡觉！", "你呢？", "没有句号"] and counts == [3, 1]
+    assert join_lines(sentences, counts) == lines
+    assert join_texts(["It runs.", "Then?", "一只狗。", "", "它跑了。"]) == "It runs. Then?一只狗。它跑了。"
+
+
 def test_english_abbreviations_and_german_ordinals_do_not_end_a_sentence():
     split = splitter()
     assert sentences_of(["Mr. Smith arrived at 3 p.m. on Monday. He left."], "en", split)[0] == [

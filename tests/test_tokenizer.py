@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from mt.errors import ConfigError, RunDirError
+from mt.generated.toy import toy_corpus
 from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, load_tokenizer, train_tokenizer
 
 
@@ -44,6 +45,16 @@ def test_vocab_too_large_is_a_config_error():
         train_tokenizer(["ein kleiner Satz", "a small sentence"] * 10, vocab_size=5000)
 
 
+def test_a_vocabulary_smaller_than_the_characters_is_a_config_error():
+    """Chinese text keeps every character at coverage 1.0: each needs a piece, and 20 are too few."""
+    with pytest.raises(ConfigError) as refused:
+        train_tokenizer(["一只狗看见一只猫。", "这些老师不工作。", "a dog"] * 10, vocab_size=20)
+    assert str(refused.value) == (
+        "tokenizer.vocab_size: 20 is too small: this corpus's characters and the special pieces need at "
+        "least 23; set it higher, or lower tokenizer.character_coverage"
+    )
+
+
 def test_a_model_with_other_special_ids_is_refused():
     import io
 
@@ -69,6 +80,16 @@ def test_word_starts_are_the_pieces_after_a_space(tokenizer):
     ids = tokenizer.encode(["Der kleine Hund"])[0]
     assert [tokenizer.starts_word(i) for i in ids] == [p.startswith("\u2581") for p in pieces]
     assert sum(map(tokenizer.starts_word, ids)) == 3
+
+
+def test_in_chinese_every_piece_starts_a_word(toy):
+    """A long Chinese line can be cut before any piece (mt.translate.split_pieces), as spaced text
+    before a piece after a space: Chinese has a space mark only at the line's start."""
+    _, en, zh = toy_corpus(languages=("de", "en", "zh"))["train"]
+    chinese = train_tokenizer(en[:2000] + zh[:2000], vocab_size=500)
+    pieces = chinese.pieces(zh[0])
+    assert len(pieces) > 5 and sum(p.startswith("\u2581") for p in pieces) == 1
+    assert all(chinese.starts_word(i) for i in chinese.encode([zh[0]])[0])
 
 
 def test_a_piece_that_is_not_utf8_is_a_damaged_model(tokenizer):

@@ -20,3 +20,16 @@ def test_toy_split_by_language():
     de, en = load_split(DataConfig(corpus="toy"), "test")
     en2, de2 = load_split(DataConfig(corpus="toy", src_lang="en", tgt_lang="de"), "test")
     assert (de, en) == (de2, en2)
+
+
+def test_the_chinese_side_translates_the_same_sentences_without_spaces():
+    three = toy_corpus(languages=("de", "en", "zh"))
+    assert {split: sides[:2] for split, sides in three.items()} == toy_corpus()  # de, en unchanged
+    de, en, zh = three["train"]
+    assert zh[0] == "今天这些棕色的桥在这头空的猪上叫了这些儿子。"
+    assert en[0] == "Today the brown bridges have called the sons on the empty pig."
+    assert not any(" " in line for line in zh) and all(line.endswith("。") for line in zh)
+    train = set(zh)
+    assert not train & set(three["test"][2]) and not train & set(three["val"][2])
+    zh2, en2 = load_split(DataConfig(corpus="toy", src_lang="zh", tgt_lang="en"), "test")
+    assert (en2, zh2) == three["test"][1:]

@@ -25,12 +25,12 @@ import torch
 
 from mt.config import (
     RunConfig,
-    apply_overrides,
     config_differences,
     config_from_dict,
     config_to_dict,
     resumable_keys,
 )
+from mt.config_yaml import apply_overrides
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_bytes
 from mt.model import Seq2Seq

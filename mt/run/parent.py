@@ -27,6 +27,9 @@ from mt.run.records import Teacher, TeacherFile, problem
 from mt.tokenizer import Tokenizer
 
 TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout")  # model keys a child may change
+# tokenizer keys a run that uses another's spm.model need not repeat: how that BPE was chosen (auto, 0,
+# resolves from the text; a run from before auto existed says 1.0), not what it is
+HOW_BPE_CHOSE = ("from_run", "character_coverage")
 TEACHER = "teacher.json"  # in a distilled corpus folder: what made it (mt.distill)
 
 
@@ -66,7 +69,7 @@ def parent_of(cfg: RunConfig, run_dir: Path) -> Parent | None:
     except (RunDirError, OSError) as e:
         raise RunDirError(f"train.init_from: {e}") from None
     differences = mismatches(theirs, cfg, "model", source, ignore=TRAINING_ONLY)
-    differences += mismatches(theirs, cfg, "tokenizer", source, ignore=("from_run",))
+    differences += mismatches(theirs, cfg, "tokenizer", source, ignore=HOW_BPE_CHOSE)
     if differences:
         raise ConfigError(
             f"train.init_from: {'; '.join(differences)}: a child describes its parent's network and "
@@ -86,7 +89,7 @@ def shared_tokenizer(cfg: RunConfig, run_dir: Path) -> tuple[Tokenizer, dict]:
     except (ConfigError, RunDirError, OSError, RuntimeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
         raise RunDirError(f"tokenizer.from_run: {path}: cannot use it ({reason})") from None
-    differences = mismatches(theirs, cfg, "tokenizer", source, ignore=("from_run",))
+    differences = mismatches(theirs, cfg, "tokenizer", source, ignore=HOW_BPE_CHOSE)
     if differences:
         raise ConfigError(f"tokenizer.from_run: {'; '.join(differences)}: set them as that run has them")
     return tokenizer, {"run": str(source), "sha256": hashlib.sha256(proto).hexdigest()}

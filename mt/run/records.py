@@ -144,6 +144,16 @@ class Origin:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TokenizerSettings:
+    """What joint BPE was learned with for the text's script, and why (mt.script.tokenizer_settings)."""
+
+    open_keys: ClassVar[bool] = True
+    character_coverage: float = within(lo=0.0, hi=1.0)
+    normalization: str = None
+    chosen_by: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Cleaning:
     """What binarizing the training pairs kept, and removed by each rule (mt.corpus.Cleaner)."""
 
@@ -215,6 +225,7 @@ class Card:
     results: dict[str, Result] = None
     parent: Origin = None
     tokenizer_from: Origin = None
+    tokenizer: TokenizerSettings = None  # a tokenizer learned here: its settings for the script
     cleaning: Cleaning = None
     teacher: Teacher = None  # a student's: what translated its distilled corpus (mt.run.parent.teacher_of)
     tuning: Tuning = None
