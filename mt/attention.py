@@ -18,7 +18,7 @@ from mt.decode import search
 from mt.decode_config import DecodeConfig
 from mt.files import write_figure
 from mt.model import Seq2Seq, decoder_self_mask
-from mt.script import unspaced
+from mt.script import starts_word
 from mt.tokenizer import PAD, Tokenizer
 
 
@@ -77,13 +77,10 @@ def word_starts(pieces: list[str]) -> list[int]:
     """Each piece's word: a piece that starts with ▁ starts a word (the first always does), and so does
     a piece that begins or follows a character of a script without spaces (mt.script): in Chinese or
     Japanese text the tokenizer's pieces are the words."""
-    words, out, before = -1, [], ""
-    for piece in pieces:
-        text = piece.removeprefix("\u2581")
-        seam = bool(text and before) and (unspaced(text[0]) or unspaced(before[-1]))
-        words += piece.startswith("\u2581") or words < 0 or seam
+    words, out = -1, []
+    for i, piece in enumerate(pieces):
+        words += words < 0 or starts_word(piece, pieces[i - 1] if i else "")
         out.append(words)
-        before = text
     return out
 
 

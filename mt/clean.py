@@ -37,7 +37,8 @@ _PUNCTUATION = ".,;:!?\"'()[]«»„“”‘’-。，、；：！？「」『�
 def _words(line: str) -> list[str]:
     """`line`'s words for the language rule: mt.script's (characters in Chinese or Japanese text),
     lower-cased, without their punctuation."""
-    return [w.strip(_PUNCTUATION) for w in words(line.lower())]
+    stripped = (w.strip(_PUNCTUATION) for w in words(line.lower()))
+    return [w for w in stripped if w]
 
 
 class Languages:

@@ -69,7 +69,7 @@ class TokenizerConfig:
     vocab_size: int = within(8000, 16)
     # 0 = auto: 0.9995 for a rich character set (> 1,000 distinct Han/kana/Hangul in the BPE sample),
     # sentencepiece's advice for Chinese and Japanese; else 1.0 (mt.script.tokenizer_settings)
-    character_coverage: float = within(0.0, 0.0, 1.0)
+    character_coverage: float = within(0.0, 0.0, 1.0, resumable=True)  # a resumed run keeps its spm.model
     sample_sentences: int = within(2_000_000, 1000)  # lines (both sides) BPE learns from: a seeded sample
     from_run: str = ""  # a run directory whose spm.model this run uses (no BPE is learned); "" = learn one
 
@@ -151,7 +151,7 @@ FREEZABLE = ("embeddings", "encoder", "decoder")  # train.freeze's parts (Seq2Se
 @dataclass(frozen=True)
 class EvalConfig:
     # BLEU's tokenizer; auto: sacreBLEU's choice for data.tgt_lang (zh: zh, ja: ja-mecab, ko: ko-mecab,
-    # others 13a), char where ja-mecab or ko-mecab is not installed (mt.metrics.bleu_tokenizer)
+    # others 13a); where mecab is not installed char for ja, 13a for ko (mt.metrics.bleu_tokenizer)
     bleu_tokenize: str = choice("auto", "auto", *BLEU_TOKENIZERS)
 
 
@@ -225,7 +225,6 @@ def check_config(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"data.{key}: {lang!r} is not a file suffix like 'de'")
     if cfg.data.src_lang == cfg.data.tgt_lang:
         raise ConfigError(f"data.src_lang and data.tgt_lang are both {cfg.data.src_lang!r}")
-    cfg.bleu_tokenize  # a named BLEU tokenizer that is not installed is refused now, not after training
     if cfg.train.device == "cpu":  # auto is checked once the device is known (mt.session)
         check_precision(cfg.train.precision, "cpu")
     decoding(DecodeConfig(), dataclasses.asdict(cfg.decode))  # n_best <= beam, in the config's terms

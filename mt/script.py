@@ -1,31 +1,32 @@
 """Writing systems: what a word is in text without spaces, and what a script asks of the tokenizer.
 Every word-level feature (repeated n-grams, cleaning's language rule, word alignments, the page's word
-view, joining split sentences) takes its words from here, so Chinese, Japanese or Thai text is split
-into words one way everywhere; BLEU's tokenizer for a target language is mt.metrics' choice.
+view, cut points of long lines, joining split sentences) takes its words from here, so Chinese and
+Japanese text is split into words one way everywhere; BLEU's tokenizer is mt.metrics' choice.
 
-A script written without spaces between words (Han, kana, Thai, Lao, Khmer, Myanmar) has no word
-boundary a program can find without a dictionary, so each of its characters is a word (`words`): what
-sacreBLEU's `zh` tokenizer does for BLEU. Where text is already pieces of the tokenizer (word
-alignments, mt.attention), the pieces of such a script are its words: BPE merges the characters that
-go together. Text in other scripts is split at whitespace as before, so its words are unchanged.
+Chinese and Japanese (Han, kana, their punctuation and full-width forms) are written without spaces
+between words and have no word boundary a program can find without a dictionary, so each of their
+characters is a word (`words`): what sacreBLEU's `zh` tokenizer does for BLEU. Where text is already
+pieces of the tokenizer (word alignments, cut points), their pieces are the words: BPE merges the
+characters that go together. Text in other scripts is split at whitespace as before, so its words
+are unchanged. Thai, Lao, Khmer and Myanmar are written without spaces too, but their combining marks
+are not words and their sentences are separated by spaces: they are left to whitespace, not covered.
 """
 
 from __future__ import annotations
 
 import re
 
-# scripts without spaces between words, with their punctuation ("。", "，", "「」") and full-width forms
+# Chinese and Japanese: scripts without spaces between words, with their punctuation ("。", "，", "「」")
+# and full-width forms; not the ideographic space (U+3000), nor half-width Hangul (Korean has spaces)
 UNSPACED = (
-    "\u0e00-\u0eff"  # Thai, Lao
-    "\u1000-\u109f"  # Myanmar
-    "\u1780-\u17ff"  # Khmer
     "\u2e80-\u2fdf"  # CJK radicals
-    "\u3000-\u30ff"  # CJK punctuation, Hiragana, Katakana
+    "\u3001-\u30ff"  # CJK punctuation, Hiragana, Katakana
     "\u31f0-\u31ff"  # Katakana extensions
     "\u3400-\u4dbf"  # CJK extension A
     "\u4e00-\u9fff"  # CJK unified ideographs
     "\uf900-\ufaff"  # CJK compatibility ideographs
-    "\uff00-\uffef"  # full-width and half-width forms
+    "\uff01-\uff9f"  # full-width ASCII forms, half-width CJK punctuation and Katakana
+    "\uffe0-\uffee"  # full-width symbols
     "\U00020000-\U0003134f"  # CJK extensions B-G
 )
 _WORD = re.compile(f"[{UNSPACED}]|[^\\s{UNSPACED}]+")
@@ -43,6 +44,14 @@ def words(text: str) -> list[str]:
 def unspaced(char: str) -> bool:
     """Whether `char` (one character) belongs to a script written without spaces between words."""
     return bool(_UNSPACED_CHAR.fullmatch(char))
+
+
+def starts_word(piece: str, before: str = "") -> bool:
+    """Whether a sentencepiece piece begins a word: after a space (its U+2581 mark), or at a seam of a
+    script without spaces: its first character is one, or the piece `before` it (where known) ends in
+    one. Such a script's pieces are words of their own."""
+    text = piece.removeprefix("\u2581")
+    return piece != text or bool(text) and (unspaced(text[0]) or bool(before) and unspaced(before[-1]))
 
 
 def join_words(left: str, right: str) -> str:

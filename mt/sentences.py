@@ -1,6 +1,6 @@
 """Input lines that hold several sentences (decode.split_sentences): each line split into sentences,
-the sentences translated as lines of their own, and their translations joined with one space, so the
-output stays one line per input line.
+the sentences translated as lines of their own, and their translations joined with one space (none
+between Chinese or Japanese sentences: mt.script), so the output stays one line per input line.
 
 Models trained on single sentences (Multi30k's captions) drop or garble a second sentence on the same
 line. The splitter is sentencex (Wikimedia's, MIT, no dependencies: the optional extra `mt[split]`):

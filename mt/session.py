@@ -89,6 +89,15 @@ def training_corpus(
     return [corpus.load(folder) for folder in folders], folders
 
 
+def validation_lines(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[list[str], list[str]] | None:
+    """Rank 0's val split, and how its BLEU is scored, in the log: a BLEU tokenizer the config names
+    that is not installed is refused here, before any write."""
+    if not ranks.main:
+        return None
+    log.info("validation BLEU: sacreBLEU's %s tokenizer (eval.bleu_tokenize)", cfg.bleu_tokenize)
+    return load_split(cfg.data, "val")
+
+
 def best_so_far(p: Progress) -> str:
     return (
         f"best val BLEU {p.best['bleu']:.2f} at step {p.best_step}"
@@ -111,7 +120,7 @@ def setup(
     start_log = cleanup.enter_context(folder.run_log(logging.getLogger("mt"), ranks.main))
     log.info("run directory %s", run_dir)
     device = distributed.start_training(cfg.train, ranks)
-    val_lines = load_split(cfg.data, "val") if ranks.main else None
+    val_lines = validation_lines(cfg, ranks)
     parent = None if resumed else parent_of(cfg, run_dir)
     tokenizer, pairs, origin = (
         (resumed.tokenizer, None, {}) if resumed else new_tokenizer(cfg, run_dir, parent, ranks)

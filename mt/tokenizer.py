@@ -18,7 +18,7 @@ import sentencepiece as spm
 
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_bytes
-from mt.script import unspaced
+from mt.script import starts_word
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # sentencepiece's training threads are written into spm.model (its trainer_spec), though not into its
@@ -39,7 +39,7 @@ class Tokenizer:
             # every piece read once: a damaged one (invalid UTF-8) fails here, not in the middle of a
             # translation
             self._word_starts = {
-                i for i in range(self.sp.get_piece_size()) if _starts_word(self.sp.id_to_piece(i))
+                i for i in range(self.sp.get_piece_size()) if starts_word(self.sp.id_to_piece(i))
             }
             self._merge_scores = {  # the pieces a BPE merge may make, with their priority
                 self.sp.id_to_piece(i): self.sp.get_score(i)
@@ -129,10 +129,6 @@ class Tokenizer:
 
     def save(self, path: str | Path) -> None:
         write_bytes(path, self.proto)
-
-
-def _starts_word(piece: str) -> bool:
-    return piece.startswith("\u2581") or bool(piece) and unspaced(piece[0])
 
 
 def train_tokenizer(

@@ -48,11 +48,12 @@ GRID = make_grid()
 
 def try_settings(translator: Translator, src: list[str], ref: list[str], grid: Grid = GRID) -> list[dict]:
     """Each (beam, length penalty) of `grid` translating `src` (1-best, searched), scored against `ref`."""
+    tokenize = translator.config.bleu_tokenize  # a named one that is not installed: refused before decoding
     tried = []
     for beam, alpha in grid:
         start = time.perf_counter()
         hyps = translator.translate(src, beam=beam, length_penalty=alpha, n_best=1)
-        scores = corpus_scores(hyps, ref, sources=src, tokenize=translator.config.bleu_tokenize)
+        scores = corpus_scores(hyps, ref, sources=src, tokenize=tokenize)
         tried.append(
             {
                 "beam": beam,

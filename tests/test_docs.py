@@ -236,9 +236,10 @@ def test_the_guides_resumable_keys_are_the_checkpoints():
     from mt.run.checkpoint import RESUMABLE_KEYS
 
     text = guide_section("Stopping and resuming")
-    listed = re.search(r"\(`train\.([a-z_\s]+)`, `decode\.\*`", text)
-    assert listed, "docs/guide.md's resume section has no (`train.KEY KEY ...`, `decode.*`) list"
+    listed = re.search(r"\(`train\.([a-z_\s]+)`, `decode\.\*`((?:, `[a-z_]+\.[a-z_]+`)*)", text)
+    assert listed, "docs/guide.md's resume section has no (`train.KEY KEY ...`, `decode.*`, ...) list"
     keys = {f"train.{key}" for key in listed.group(1).split()} | {"decode"}
+    keys |= set(re.findall(r"`([a-z_]+\.[a-z_]+)`", listed.group(2)))
     assert keys == set(RESUMABLE_KEYS) - {"name", "base"}
 
 

@@ -81,6 +81,7 @@ def test_an_ensemble_is_evaluated_as_a_setting_of_its_own(run, trained):
     assert {"test-beam2", "test-beam2-ens2"} <= set(card["results"])
 
 
+@pytest.mark.slow
 def test_an_english_to_chinese_run_is_scored_with_the_zh_tokenizer(tmp_path):
     """en->zh on the toy corpus's Chinese side: validation, evaluation and the card score BLEU with
     sacreBLEU's zh tokenizer (tok:zh), under which the trained model is far above where it started;

@@ -48,6 +48,7 @@ def test_a_japanese_target_without_mecab_is_scored_by_characters_or_refused(monk
             "scored with sacreBLEU's char tokenizer: ja-mecab is not installed (pip install 'sacrebleu[ja]')"
             in (caplog.text)
         )
+        assert bleu_tokenizer("auto", "ko") == "13a"  # Korean is written with spaces
         with pytest.raises(ConfigError) as refused:
             bleu_tokenizer("ko-mecab", "ko")
         assert (
@@ -68,3 +69,4 @@ def test_chinese_bleu_counts_characters_where_13a_sees_one_word_a_sentence():
         signature_tokenizer(zh["bleu_signature"]) == "zh"
         and signature_tokenizer("nrefs:1|case:mixed") == "13a"
     )
+    assert signature_tokenizer("nrefs:1|case:mixed|eff:no|tok:ja-mecab-0.996-IPA|smooth:exp") == "ja-mecab"

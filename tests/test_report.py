@@ -125,6 +125,7 @@ def test_report_sets_aside_runs_scored_with_other_metric_signatures(two_runs, tm
     assert "Nothing to test: fewer than two comparable runs." in text
 
 
+@pytest.mark.slow
 def test_report_refuses_runs_scored_with_another_bleu_tokenizer(two_runs, tmp_path, capsys):
     other = _signed(two_runs[1], tmp_path, "tok:13a", "tok:zh")
     assert main(["report", str(two_runs[0]), str(other), "--out", str(tmp_path / "r.md")]) == 2

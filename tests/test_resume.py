@@ -194,3 +194,19 @@ def test_a_run_saved_with_separate_q_and_kv_projections_resumes_as_if_never_stop
     train(tiny_config("train.max_steps=20"), resumed)
     assert_same_weights(weights(straight / "last.pt"), weights(resumed / "last.pt"))
     assert train_losses(straight) == train_losses(resumed)
+
+
+def test_a_run_saved_before_eval_and_auto_coverage_resumes_as_if_never_stopped(tmp_path, tiny_config):
+    """A last.pt written before eval.bleu_tokenize and tokenizer.character_coverage 0 (auto) existed,
+    with the coverage it was learned with (1.0) and no eval section, resumes: the keys it lacks take
+    their defaults, and a resumed run keeps its spm.model whatever the coverage says."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(tiny_config("train.max_steps=20"), straight)
+    train(tiny_config("train.max_steps=10"), resumed)
+    ckpt = torch.load(resumed / "last.pt", weights_only=True)
+    del ckpt["config"]["eval"]
+    ckpt["config"]["tokenizer"]["character_coverage"] = 1.0
+    torch.save(ckpt, resumed / "last.pt")
+    train(tiny_config("train.max_steps=20"), resumed)
+    assert_same_weights(weights(straight / "last.pt"), weights(resumed / "last.pt"))
+    assert train_losses(straight) == train_losses(resumed)

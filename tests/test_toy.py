@@ -1,6 +1,9 @@
 """mt/generated/toy.py: the generated toy corpus is the same on every call, its splits are disjoint, and
 `data.corpus: toy` reads either direction of it."""
 
+import hashlib
+import json
+
 from mt.config import DataConfig
 from mt.data import load_split
 from mt.generated.toy import SPLIT_SIZES, toy_corpus
@@ -24,7 +27,10 @@ def test_toy_split_by_language():
 
 def test_the_chinese_side_translates_the_same_sentences_without_spaces():
     three = toy_corpus(languages=("de", "en", "zh"))
-    assert {split: sides[:2] for split, sides in three.items()} == toy_corpus()  # de, en unchanged
+    two = {split: sides[:2] for split, sides in three.items()}
+    assert two == toy_corpus() and hashlib.sha256(json.dumps(two).encode()).hexdigest() == (
+        "abb097391e087a0a0ad99d096437f3b6befd562ffd5c870d4a9ee4dd8d94eeaf"  # de, en before zh was added
+    )
     de, en, zh = three["train"]
     assert zh[0] == "今天这些棕色的桥在这头空的猪上叫了这些儿子。"
     assert en[0] == "Today the brown bridges have called the sons on the empty pig."

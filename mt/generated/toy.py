@@ -166,7 +166,6 @@ ZH_ADVERBS = {
     "often": "经常", "always": "总是", "rarely": "很少",
 }  # fmt: skip
 ZH_CONJUNCTIONS = {"because": ("因为", ""), "while": ("当", "的时候"), "although": ("虽然", "")}
-LANGUAGES = ("de", "en", "zh")
 
 DEF = {
     "nom": {"m": "der", "f": "die", "n": "das", "p": "die"},
@@ -280,7 +279,7 @@ def _sentence(words: list[str]) -> str:
 
 
 def generate_sentences(rng: random.Random) -> dict[str, str]:
-    """One sentence in each of LANGUAGES, translations of each other."""
+    """One sentence in German, English and Chinese (de, en, zh), translations of each other."""
     words = _clause(rng, subordinate=False)
     if rng.random() < 0.3:
         conj_de, conj_en = rng.choice(CONJUNCTIONS)

@@ -121,8 +121,10 @@ def average_models(paths: list[Path]) -> dict:
     checkpoints of different configs (beyond RESUMABLE_KEYS) are refused with a one-line error."""
     ckpts = [load_checkpoint(p) for p in paths]
     first = ckpts[0]
-    for path, ckpt in zip(paths[1:], ckpts[1:]):
-        diff = config_differences(first["config"], ckpt["config"], ignore=RESUMABLE_KEYS)
+    # compared as typed configs: a key newer than a checkpoint takes its default
+    configs = [config_to_dict(stored_config(ckpt, path)) for ckpt, path in zip(ckpts, paths)]
+    for path, ckpt, config in zip(paths[1:], ckpts[1:], configs[1:]):
+        diff = config_differences(configs[0], config, ignore=RESUMABLE_KEYS)
         if diff or ckpt["vocab_size"] != first["vocab_size"] or ckpt["model"].keys() != first["model"].keys():
             what = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in diff.items()) or "other weights"
             raise RunDirError(
