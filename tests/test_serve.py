@@ -307,6 +307,7 @@ def test_health_info_and_the_page(client, served):
     )
     assert info["limits"]["max_lines"] == 8 and info["model"]["heads"] == served[3].cfg.n_heads
     assert (info["model"]["encoder_layers"], info["model"]["decoder_layers"]) == served[3].cfg.depth
+    assert info["languages"] == {"source": "de", "target": "en"}  # the page names them
     page = client.get("/")
     assert page.status_code == 200 and 'src="static/app.js"' in page.text
     for name in ("app.js", "style.css"):

@@ -116,6 +116,7 @@ def server_info(translator: Translator, limits: ServeLimits) -> dict:
             "parameters": count_parameters(t.model),
         },
         "decode": {k: getattr(t.decode, k) for k in ("beam", "n_best", "length_penalty", "engine")},
+        "languages": {"source": t.config.data.src_lang, "target": t.config.data.tgt_lang},
         "card": card_summary(t.run),
         "limits": dataclasses.asdict(limits),
     }

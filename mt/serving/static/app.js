@@ -218,6 +218,9 @@ async function showModel() {
     $("model-info").textContent = `${info.name}: ${info.model.encoder_layers}+${info.model.decoder_layers} layers, d ${info.model.d_model}, ` +
       `${info.model.heads} heads · ${info.checkpoint} · ${card.steps ?? "?"} steps${bleu}`;
     $("beam").max = info.limits.max_beam;
+    const { source, target } = info.languages;
+    $("source-label").textContent = `${source} → ${target}, one sentence a line (or several: split sentences)`;
+    if (source !== "de") $("source").value = "";  // the examples are German
   } catch (e) {
     showError(`GET /info failed: ${e.message}`);
   }
