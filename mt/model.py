@@ -36,7 +36,10 @@ class Dropout(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
-        if x.is_cuda:  # CUDA's generator is fast and its dropout kernel fused: the trick below is for CPUs
+        # CUDA's generator is fast and its dropout kernel fused; under torch.compile the mask's random numbers
+        # are made inside the fused kernel, where the in-place random_ below would break the graph at every
+        # dropout. The trick below is for eager CPUs.
+        if x.is_cuda or torch.compiler.is_compiling():
             return F.dropout(x, self.p, training=True)
         n = x.numel()
         words = torch.empty((n + 2) // 3, dtype=torch.int64, device=x.device).random_()  # (n/3,)

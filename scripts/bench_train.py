@@ -42,6 +42,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # mt from this checkout, installed or not
 
+from train_profile import family_table, labelled, op_families  # noqa: E402
+
 from mt import corpus  # noqa: E402
 from mt.batching import BatchStream, Pairs, epoch_plan  # noqa: E402
 from mt.config import ModelConfig, load_config  # noqa: E402
@@ -57,7 +59,9 @@ PEAKS = {
     "H200": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4},
     "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
 }
-SWITCHES = ["eager", "compile", "cudnn"]  # compile: torch.compile(dynamic=True); cudnn: SDPA may use cuDNN
+# compile: torch.compile(model, dynamic=True); layers: each encoder and decoder layer compiled alone
+# (dynamic=True), the embeddings, the output projection and the loss eager; cudnn: SDPA may use cuDNN
+SWITCHES = ["eager", "compile", "layers", "cudnn"]
 
 
 def bench_pairs(cfg, steps: int) -> tuple[Pairs, int]:
@@ -98,6 +102,9 @@ def build(cfg, row: dict, vocab_size: int, device: torch.device):
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
     if row["switch"] == "compile":
         model = torch.compile(model, dynamic=True)
+    elif row["switch"] == "layers":
+        for layer in [*model.encoder, *model.decoder]:
+            layer.compile(dynamic=True)
     set_precision(device, row["precision"])  # as `mt train`: cuDNN's attention off ...
     if device.type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(row["switch"] == "cudnn")  # ... unless that is the switch
@@ -132,9 +139,10 @@ def child(row: dict) -> dict:
         lr = inverse_sqrt_lr(next(calls) + 1, cfg.train.lr, cfg.train.warmup_steps)
         return train_step(model, optimizer, batches, cfg.train, lr, scaler=scaler, device=device)
 
-    if row.get("profile"):
-        warm(step, pairs, stream)
-        return profile(step, pairs, stream, device)
+    if row.get("profile"):  # labelled while warming too: a compiled model then has no cause to recompile
+        with labelled():
+            warm(step, pairs, stream)
+            return profile(step, pairs, stream, device)
     warm_s = warm(step, pairs, stream)
     plan, position, tokens, updates = stream.plan(1), (1, 0), 0, 0
     start = time.perf_counter()
@@ -152,11 +160,23 @@ def child(row: dict) -> dict:
         "warm_s": warm_s,
         "last_loss_per_token": stats.loss / max(stats.target_tokens, 1),
         "peak_gpu_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+        **compiled(),
+    }
+
+
+def compiled() -> dict:
+    """What torch.compile made in this process: graphs (a recompile is one more), and graph breaks."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "graphs": counters["stats"]["unique_graphs"],
+        "graph_breaks": sum(counters["graph_break"].values()),
     }
 
 
 def profile(step, pairs: Pairs, stream: BatchStream, device: torch.device) -> dict:
-    """aten ops and casts (aten._to_copy) of one update; on CUDA the GPU-busy share of five updates."""
+    """aten ops and casts (aten._to_copy) of one update; then, over five updates, the GPU-busy share
+    (CUDA) or the share of the wall time each op family takes (CPU: scripts/train_profile.py)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Count(TorchDispatchMode):
@@ -167,9 +187,12 @@ def profile(step, pairs: Pairs, stream: BatchStream, device: torch.device) -> di
             return func(*args, **(kwargs or {}))
 
     batches, _, _ = stream.take(1, 0, 6)
+    # the families first: the counting mode below dispatches every op in Python, which torch.compile's
+    # guards see (a compiled model counts as eager)
+    found = {"families": op_families(step, batches[1:])} if device.type == "cpu" else {}
     with Count() as counted:
         step(batches[:1])
-    found = {"aten_ops": sum(counted.ops.values()), "casts": counted.ops.get("aten._to_copy", 0)}
+    found |= {"aten_ops": sum(counted.ops.values()), "casts": counted.ops.get("aten._to_copy", 0)}
     if device.type == "cuda":
         from torch.profiler import ProfilerActivity
         from torch.profiler import profile as torch_profile
@@ -247,16 +270,19 @@ def summary(row: dict, results: list[dict], extra: dict, device: torch.device) -
         "repeats": len(rates),
         "updates": last["updates"],
         "warm_s": round(last["warm_s"], 1),
+        "graphs": last.get("graphs"),
+        "graph_breaks": last.get("graph_breaks"),
         "tflops": round(tflops, 3),
         "mfu": None if top is None else round(tflops / top, 4),
         "of_probe": round(tflops / extra["probe_tflops"], 4) if "probe_tflops" in extra else None,
         "peak_gpu_gib": last["peak_gpu_gib"] and round(last["peak_gpu_gib"], 2),
-        **{k: extra[k] for k in ("aten_ops", "casts", "gpu_busy") if k in extra},
+        **{k: extra[k] for k in ("aten_ops", "casts", "gpu_busy", "families") if k in extra},
     }
 
 
 COLUMNS = (
-    "config precision switch model tokens/s min-max spread vs-ref TFLOP/s MFU of-probe ops casts GPU-busy"
+    "config precision switch model tokens/s min-max spread vs-ref TFLOP/s MFU of-probe ops casts GPU-busy "
+    "warm-s graphs"
 )
 
 
@@ -278,6 +304,7 @@ def table(rows: list[dict]) -> str:
             vs,
         ]
         cells += [r["tflops"], r["mfu"], r["of_probe"], r.get("aten_ops"), r.get("casts"), r.get("gpu_busy")]
+        cells += [r["warm_s"], r.get("graphs")]
         lines.append("| " + " | ".join("" if c is None else str(c) for c in cells) + " |")
     return "\n".join(lines)
 
@@ -357,6 +384,7 @@ def main() -> None:
     for s in summaries:
         print(json.dumps(s), flush=True)
     print(table(summaries))
+    print(family_table(summaries))
     if args.out:
         Path(args.out).write_text(json.dumps(summaries, indent=1) + "\n")
 
