@@ -296,7 +296,8 @@ def table(rows: list[dict]) -> str:
             lines.append("| " + " | ".join(cells + [r["error"]]) + " |")
             continue
         other = ref.get((r["config"], r["precision"], r["switch"]))
-        vs = f"{r['tokens_per_s'] / other['tokens_per_s']:.2f}" if other and "error" not in other else ""
+        against = other is not None and other is not r and "error" not in other  # not the reference itself
+        vs = f"{r['tokens_per_s'] / other['tokens_per_s']:.2f}" if against else ""
         cells += [
             f"{r['tokens_per_s']:,.0f}",
             f"{r['min']:,.0f}-{r['max']:,.0f}",

@@ -278,6 +278,7 @@ def part_resume(kit: Kit) -> dict:
             "train.log_every=2",
             "train.valid_every=10",
             "model.dropout=0.1",
+            "train.tune=false",  # the losses are what is compared: no beam sweep after each piece
         ],
     )
     runs = kit.out / "runs"

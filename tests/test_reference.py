@@ -14,6 +14,7 @@ from mt.loss import batch_loss, label_smoothed_loss
 from mt.model import Seq2Seq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from bench_train import table  # noqa: E402
 from reference import ReferenceSeq2Seq, copy_weights, mt_to_reference  # noqa: E402
 
 CFG = ModelConfig(d_model=32, n_heads=4, layers=2, encoder_layers=3, d_ff=64, dropout=0.0, max_positions=64)
@@ -55,3 +56,14 @@ def test_the_reference_computes_mts_logits_and_gradients(norm):
     for name, grad in grads.items():
         torch.testing.assert_close(grad, theirs_grads[name].grad, atol=1e-5, rtol=1e-4, msg=name)
     assert float(batch_loss(model, b, 0.1)[0].detach()) == pytest.approx(float(loss.detach()), rel=1e-5)
+
+
+def test_the_bench_table_compares_mt_with_the_reference_not_the_reference_with_itself():
+    row = dict(config="configs/tiny.yaml", precision="fp32", switch="eager", min=1.0, max=2.0, spread=0.1)
+    row.update(tflops=0.1, mfu=None, of_probe=0.5, warm_s=1.0)
+    rows = [
+        {**row, "model": "mt", "tokens_per_s": 300.0},
+        {**row, "model": "reference", "tokens_per_s": 200.0},
+    ]
+    vs_ref = [line.split(" | ")[7] for line in table(rows).splitlines()[2:]]
+    assert vs_ref == ["1.50", ""]
