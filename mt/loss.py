@@ -77,7 +77,8 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float) -> tuple
     """
     loss, nll = _SmoothedCrossEntropy.apply(logits, target, epsilon)  # (N,) each, fp32
     real = target != PAD
-    if loss.is_cuda:  # boolean indexing would wait for the GPU to count the rows: mask instead
+    # boolean indexing would wait for the GPU to count the rows, and breaks a compiled graph: mask instead
+    if loss.is_cuda or torch.compiler.is_compiling():
         return loss.masked_fill(~real, 0.0).sum(), nll.masked_fill(~real, 0.0).sum()
     return loss[real].sum(), nll[real].sum()  # on CPU, the summation order mt's figures were measured with
 

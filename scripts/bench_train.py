@@ -44,6 +44,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # mt from this checkout, inst
 
 from train_profile import family_table, labelled, op_families  # noqa: E402
 
+import mt.loss  # noqa: E402
 from mt import corpus  # noqa: E402
 from mt.batching import BatchStream, Pairs, epoch_plan  # noqa: E402
 from mt.config import ModelConfig, load_config  # noqa: E402
@@ -60,8 +61,9 @@ PEAKS = {
     "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
 }
 # compile: torch.compile(model, dynamic=True); layers: each encoder and decoder layer compiled alone
-# (dynamic=True), the embeddings, the output projection and the loss eager; cudnn: SDPA may use cuDNN
-SWITCHES = ["eager", "compile", "layers", "cudnn"]
+# (dynamic=True), the embeddings, the output projection and the loss eager; loss: the model eager, the
+# label-smoothed loss (mt.loss.label_smoothed_loss, forward and backward) compiled; cudnn: SDPA may use cuDNN
+SWITCHES = ["eager", "compile", "layers", "loss", "cudnn"]
 
 
 def bench_pairs(cfg, steps: int) -> tuple[Pairs, int]:
@@ -105,6 +107,8 @@ def build(cfg, row: dict, vocab_size: int, device: torch.device):
     elif row["switch"] == "layers":
         for layer in [*model.encoder, *model.decoder]:
             layer.compile(dynamic=True)
+    elif row["switch"] == "loss":  # batch_loss looks the function up at each call: this process only
+        mt.loss.label_smoothed_loss = torch.compile(mt.loss.label_smoothed_loss, dynamic=True)
     set_precision(device, row["precision"])  # as `mt train`: cuDNN's attention off ...
     if device.type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(row["switch"] == "cudnn")  # ... unless that is the switch

@@ -22,7 +22,9 @@ def test_loss_matches_hand_computation():
     assert nll_sum.item() == pytest.approx(nll, rel=1e-6)
 
 
-def test_padding_contributes_nothing():
+@pytest.mark.parametrize("compiling", [False, True])  # under torch.compile pads are masked, not indexed out
+def test_padding_contributes_nothing(monkeypatch, compiling):
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
     logits = torch.randn(4, 7)
     target = torch.tensor([3, PAD, 5, PAD])
     loss, nll = label_smoothed_loss(logits, target, 0.1)
