@@ -12,9 +12,10 @@ TRAIN := $(if $(filter-out 1,$(NPROC)),$(BIN)/torchrun --standalone --nproc_per_
 RUNS ?=
 CONFIGS ?=
 REPORT ?= runs/report.md
-# which evaluation `make report` and `make compare` set side by side: test-tuned, each run's own beam and length penalty
-# as `mt tune` chose them on val (train.tune); test-beam5 and the like compare one setting
-SETTING ?= test-tuned
+# which evaluation `make report` and `make compare` set side by side: empty = each run's own decoding on test, as
+# `mt evaluate` scored it (its beam and length penalty as `mt tune` chose them on val, where train.tune did);
+# test-beam5 and the like compare one setting of every run
+SETTING ?=
 
 .PHONY: install train evaluate translate serve report compare test test-fast lint clean
 
@@ -44,7 +45,7 @@ serve: install
 
 # make report RUNS="runs/a runs/b": the first run is the baseline
 report: install
-	$(BIN)/mt report $(RUNS) --out $(REPORT) --setting $(SETTING)
+	$(BIN)/mt report $(RUNS) --out $(REPORT) $(if $(SETTING),--setting $(SETTING))
 
 # make compare CONFIGS="configs/a.yaml configs/b.yaml": train (or resume) each, evaluate, report
 compare: install
@@ -54,7 +55,7 @@ compare: install
 	  $(TRAIN) $$c --run-dir $$run $(foreach s,$(SET),--set $(s)) && \
 	  $(BIN)/mt evaluate --run $$run --split test || exit $$?; \
 	done
-	$(BIN)/mt report $(foreach c,$(CONFIGS),runs/$(basename $(notdir $(c)))) --out $(REPORT) --setting $(SETTING)
+	$(BIN)/mt report $(foreach c,$(CONFIGS),runs/$(basename $(notdir $(c)))) --out $(REPORT) $(if $(SETTING),--setting $(SETTING))
 
 test: install
 	$(BIN)/python -m pytest -q -rs

@@ -180,6 +180,13 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+REPORT_SETTING_HELP = (
+    "which evaluation of every run to compare: test, val, test-beam5, test-tuned, ... (default: each run's "
+    "own decoding on test, as `mt evaluate` scored it: its beam and length penalty as `mt tune` chose them, "
+    "where it did)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mt", description="Train and run Transformer translation models.")
     parser.add_argument("--version", action="version", version=f"mt {__version__}")
@@ -201,9 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("report", "compare runs: a Markdown table, significance tests, learning curves")
     p.add_argument("runs", nargs="+", help="run directories; the first is the baseline")
     p.add_argument("--out", default="runs/report.md", help="Markdown file; the plot goes beside it")
-    p.add_argument(
-        "--setting", default="test", help="which evaluation to compare: test, val, test-beam5, ..."
-    )
+    p.add_argument("--setting", default="", help=REPORT_SETTING_HELP)
     p = command("average", "average the last N kept checkpoints of a run (train.keep_last) into averaged.pt")
     p.add_argument("--run", help="run directory (required)")
     p.add_argument("--last", type=_at_least(1), default=5, help="how many of the newest ckpt-*.pt to average")

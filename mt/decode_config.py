@@ -107,8 +107,9 @@ KEYWORD = Spelling(str, "{name}={value}", "pass", "{name}={value}")  # the Pytho
 
 def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling = CONFIG_FILE) -> DecodeConfig:
     """`decode` with the user's decoding `options` (None: keep decode's), each checked as a config
-    value, and n_best <= beam: the one path from CLI flags, an HTTP request, a config file or the API's
-    keywords to a checked DecodeConfig. A ConfigError's `key` is the option to blame."""
+    value, with what they imply for the options left to `decode` (`implied`), and n_best <= beam: the one
+    path from CLI flags, an HTTP request, a config file or the API's keywords to a checked DecodeConfig.
+    A ConfigError's `key` is the option to blame."""
     fields = fields_of(DecodeConfig)
     given = {}
     for key, value in options.items():
@@ -127,7 +128,7 @@ def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling =
                 given[key] = check_value(spelling.name(key), *fields[key], value)
             except Mismatch as e:
                 raise ConfigError(str(e), key) from None
-    decode = dataclasses.replace(decode, **given)
+    decode = dataclasses.replace(decode, **implied(given), **given)
     if decode.compute_type != "default" and decode.engine != "ctranslate2":
         raise ConfigError(
             f"{spelling.given('compute_type', decode.compute_type)} is CTranslate2's: "
@@ -152,6 +153,18 @@ def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling =
             "n_best",
         )
     return decode
+
+
+def implied(given: dict[str, Any]) -> dict[str, Any]:
+    """What the options a user gives imply for those they leave to `decode` (a run's tuned beam, a
+    server's defaults): sampling draws one token at a time (beam 1), and a beam searches (no sampling).
+    So a given option wins over a default together with what it needs; two given options that clash
+    are still refused."""
+    if given.get("sample") and "beam" not in given:
+        return {"beam": 1}
+    if given.get("beam", 1) > 1 and "sample" not in given:
+        return {"sample": ""}
+    return {}
 
 
 SAMPLE = re.compile(r"topk:[1-9][0-9]*|topp:(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)")

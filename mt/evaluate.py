@@ -20,7 +20,7 @@ from mt.run.checkpoint import load_checkpoint
 from mt.run.provenance import code_version, config_section, hardware
 from mt.run.records import progress_of
 from mt.translator import Translator
-from mt.tune import tuned_setting
+from mt.tune import decodes_as_tuned
 
 
 def lines_sha256(lines: list[str]) -> str:
@@ -58,19 +58,9 @@ def evaluate_run(translator: Translator, split: str = "test", files: tuple[str, 
         "decode": dataclasses.asdict(decode),
     }
     sections = {} if "training" in card else rebuilt_card(run_dir, cfg, translator.model)
-    keys = (key, f"{name}-tuned") if decoded_as_tuned(translator) else (key,)
+    keys = (key, f"{name}-tuned") if decodes_as_tuned(translator) else (key,)
     written = write_result(run_dir, keys, result, hyps, ref, sections)
     return {**result, "key": key, "written": [str(p) for p in written]}
-
-
-def decoded_as_tuned(translator: Translator) -> bool:
-    """Whether the translations are the run's own, as `mt tune` chose them: its decode section untouched
-    by flags, with the tuned beam and length penalty, on the checkpoint tuned, no ensemble. Such a
-    result is also the card's SPLIT-tuned, which `mt report --setting test-tuned` compares across runs
-    tuned to different settings."""
-    if translator.ensemble or translator.decode != translator.config.decode:
-        return False
-    return tuned_setting(translator.run, translator.checkpoint) is not None
 
 
 def write_result(

@@ -2,7 +2,10 @@
 
 One row per run (from card.json), the config keys that differ between runs, and sacreBLEU's paired
 bootstrap resampling of BLEU and chrF of every run against the first, on the same test set and
-decoding setting. `RUN@SETTING` compares another of a run's evaluations (e.g. its averaged checkpoint:
+decoding setting. By default each run is compared at its own decoding on test, the result a plain `mt
+evaluate --run DIR` wrote: test-tuned where `mt tune` chose the run's beam and length penalty, else
+the one its config's decode section names (test, test-beam5, ...); `--setting` compares one named
+evaluation of every run, and `RUN@SETTING` another of a run's evaluations (e.g. its averaged checkpoint:
 `runs/x@test-beam5 runs/x@test-beam5-averaged`). Runs scored on other references or with other metric
 signatures are listed but not compared, and the report says why. Plots (training NLL and val BLEU
 against steps and wall time) need matplotlib, the optional `plot` extra; without it the report says
@@ -18,8 +21,10 @@ from pathlib import Path
 from sacrebleu.significance import PairedTest
 
 from mt.config import config_to_dict, flatten, read_saved_config
+from mt.curves import plot_curves
+from mt.decode_config import evaluation_name
 from mt.errors import ConfigError, RunDirError
-from mt.files import write_figure, write_text
+from mt.files import write_text
 from mt.metrics import HEADLINE, METRICS, Metric, improves, signature_tokenizer
 from mt.run.card import read_card
 from mt.run.folder import read_metrics
@@ -37,11 +42,11 @@ class Run:
     card: dict
     metrics: list[dict]
     config: dict  # DIR/config.yaml, flattened: {"train.lr": 0.001, ...}
-    label: str = ""  # the folder name, or the whole path where two runs share a folder name
-    setting: str = ""  # from RUN@SETTING: this row's evaluation instead of the report's --setting
+    setting: str = ""  # the evaluation this row shows: RUN@SETTING's, --setting's, or the run's own
+    label: str = ""  # the folder name (or the whole path where two runs share one), @SETTING if named
 
-    def result(self, setting: str) -> dict | None:
-        return self.card.get("results", {}).get(self.setting or setting)
+    def result(self) -> dict | None:
+        return self.card.get("results", {}).get(self.setting)
 
     def lines(self, name: str, count: int) -> list[str]:
         """The `count` lines of DIR/name (hypotheses or references that `mt evaluate` wrote)."""
@@ -76,32 +81,57 @@ def split_setting(arg: str | Path) -> tuple[Path, str]:
     return (Path(path), setting) if at and not Path(arg).exists() and setting else (Path(arg), "")
 
 
-def load_runs(paths: list[str | Path], setting: str = "test") -> list[Run]:
-    """The runs to compare (`setting`: the evaluation a row shows unless it names its own), checked."""
-    runs = []
-    for path, own_setting in map(split_setting, paths):
+def own_setting(path: Path, card: dict, split: str = "test") -> str:
+    """The evaluation a plain `mt evaluate --run DIR --split SPLIT` files a run's result under: SPLIT-tuned
+    where the run was tuned (`mt tune` drops those results when it tunes again), else the name of its
+    config's decoding (test, test-beam5-lp1.5, ...). A run without that result is refused, with the
+    results it has."""
+    tuned, plain = f"{split}-tuned", evaluation_name(split, read_saved_config(path / "config.yaml").decode)
+    for own in (tuned, plain):
+        if own in card.get("results", {}):
+            return own
+    own = tuned if card.get("tuning") else plain
+    raise RunDirError(
+        f"{path}: no '{own}' result (the run's own decoding on {split}); run `mt evaluate --run {path} "
+        f"--split {split}` first, or compare {_results_named(card)} with --setting"
+    )
+
+
+def _results_named(card: dict) -> str:
+    """The results a card holds, for a refusal: "one of its results (test-beam5, val)"."""
+    names = ", ".join(sorted(card.get("results", {})))
+    return f"one of its results ({names})" if names else "a result (it has none yet)"
+
+
+def load_runs(paths: list[str | Path], setting: str = "") -> list[Run]:
+    """The runs to compare, checked. A row shows the evaluation its RUN@SETTING names, else `setting`,
+    else ("") the run's own decoding on test (`own_setting`)."""
+    runs, named = [], []
+    for path, at_setting in map(split_setting, paths):
         card = read_card(path)
         if not card:
             raise RunDirError(
                 f"{path}/card.json: not found; train the run (or run `mt evaluate --run {path}`) first"
             )
-        problem = result_problem(card, own_setting or setting)
+        shown = at_setting or setting or own_setting(path, card)
+        problem = result_problem(card, shown)
         if problem:
             raise RunDirError(
                 f"{path}/card.json: damaged ({problem}); restore it, or delete it and run `mt evaluate "
                 f"--run {path}` to write a new one"
             )
         config = flatten(config_to_dict(read_saved_config(path / "config.yaml")))
-        runs.append(Run(path, card, read_metrics(path / "metrics.jsonl"), config, setting=own_setting))
+        runs.append(Run(path, card, read_metrics(path / "metrics.jsonl"), config, shown))
+        named.append(at_setting)
     if len({(r.path.resolve(), r.setting) for r in runs}) != len(runs):
         raise ConfigError(
             "the same run directory is given twice (RUN@SETTING compares two of its evaluations)"
         )
     folders = {r.path.resolve(): r.path.name for r in runs}
     names = list(folders.values())
-    for run in runs:
+    for run, at_setting in zip(runs, named):
         folder = run.path.name if names.count(run.path.name) == 1 else str(run.path)
-        run.label = f"{folder}@{run.setting}" if run.setting else folder
+        run.label = f"{folder}@{at_setting}" if at_setting else folder
     return runs
 
 
@@ -123,12 +153,12 @@ def comparability(base: dict | None, other: dict | None) -> str:
     return ""
 
 
-def check_one_tokenizer(runs: list[Run], setting: str) -> None:
+def check_one_tokenizer(runs: list[Run]) -> None:
     """Refuse runs whose BLEU was scored with another tokenizer than the baseline's: tok:zh and tok:13a
     count different units, so neither their scores nor a test between them mean anything."""
-    tokenizers = [signature_tokenizer((r.result(setting) or {}).get("bleu_signature", "")) for r in runs]
+    tokenizers = [signature_tokenizer((r.result() or {}).get("bleu_signature", "")) for r in runs]
     for run, tokenizer in zip(runs[1:], tokenizers[1:]):
-        if (run.result(setting) or {}).get("bleu_signature") and tokenizer != tokenizers[0]:
+        if (run.result() or {}).get("bleu_signature") and tokenizer != tokenizers[0]:
             raise RunDirError(
                 f"{run.path}: BLEU scored with sacreBLEU's {tokenizer} tokenizer, the baseline "
                 f"{runs[0].path} with {tokenizers[0]}; a report compares scores of one tokenizer "
@@ -136,12 +166,12 @@ def check_one_tokenizer(runs: list[Run], setting: str) -> None:
             )
 
 
-def paired_bootstrap(runs: list[Run], setting: str) -> list[dict]:
+def paired_bootstrap(runs: list[Run]) -> list[dict]:
     """sacreBLEU paired bootstrap resampling of each run against the first: one dict per run with each
     headline metric's score (bleu), 95% CI (bleu_ci) and p-value (bleu_p; None for the baseline)."""
-    base = runs[0].result(setting)
+    base = runs[0].result()
     refs = runs[0].lines(base["ref_file"], base["sentences"])
-    systems = [(r.label, r.lines(r.result(setting)["hyp_file"], base["sentences"])) for r in runs]
+    systems = [(r.label, r.lines(r.result()["hyp_file"], base["sentences"])) for r in runs]
     metrics = {m.key: m.make(signature_tokenizer(base["bleu_signature"])) for m in HEADLINE}
     test = PairedTest(systems, metrics, [refs], test_type="bs", n_samples=BOOTSTRAP_SAMPLES)
     _, scores = test()
@@ -181,25 +211,23 @@ def _verdict(metric: Metric, base: float, score: float, ci: float, p: float) -> 
     return f"{metric.label} {delta:+.2f}, not significant ({spread}; p = {p:.4f})"
 
 
-def render(runs: list[Run], setting: str, plots: str) -> str:
+def render(runs: list[Run], plots: str) -> str:
     """The Markdown report. `plots` is the Markdown for the plots section."""
-    base = runs[0].result(setting)
-    problems = [comparability(base, r.result(setting)) for r in runs]
+    base = runs[0].result()
+    problems = [comparability(base, r.result()) for r in runs]
     if problems[0]:
         raise RunDirError(
-            f"{runs[0].path}: the baseline has no '{runs[0].setting or setting}' result; "
-            f"run `mt evaluate` on it first"
+            f"{runs[0].path}: the baseline has no '{runs[0].setting}' result; run `mt evaluate` on it "
+            f"first, or compare {_results_named(runs[0].card)}"
         )
-    check_one_tokenizer(runs, setting)
+    check_one_tokenizer(runs)
     comparable = [r for r, why in zip(runs, problems) if not why]
     tests = (
-        dict(zip([r.label for r in comparable], paired_bootstrap(comparable, setting)))
-        if len(comparable) > 1
-        else {}
+        dict(zip([r.label for r in comparable], paired_bootstrap(comparable))) if len(comparable) > 1 else {}
     )
-    top = max(r.result(setting)["bleu"] for r in comparable)
-    best = [r for r in comparable if r.result(setting)["bleu"] == top]  # ties share the star
-    out = _header(runs, setting)
+    top = max(r.result()["bleu"] for r in comparable)
+    best = [r for r in comparable if r.result()["bleu"] == top]  # ties share the star
+    out = _header(runs)
     for run, why in zip(runs, problems):
         if why:
             out += [
@@ -207,7 +235,7 @@ def render(runs: list[Run], setting: str, plots: str) -> str:
                 f"but no p-value is computed.",
                 "",
             ]
-    out += _table(runs, setting, tests, best)
+    out += _table(runs, tests, best)
     out += ["", "## Verdict", ""] + _verdicts(runs[0], comparable[1:], tests)
     out += ["", "## Runs", ""] + [_run_line(run) for run in runs]
     out += [
@@ -229,20 +257,34 @@ def _signature_line(metric, result: dict) -> str:
     return f"- {metric.label}{note}: `{result.get(f'{metric.key}_signature', '–')}`"
 
 
-def _header(runs: list[Run], setting: str) -> list[str]:
-    """The title (the evaluations compared; RUN@SETTING rows name their own) and what was measured how."""
-    base = runs[0].result(setting)
-    shown = dict.fromkeys(run.setting or setting for run in runs)
+def _header(runs: list[Run]) -> list[str]:
+    """The title (the evaluations compared), each run's decoding, and what was measured how."""
+    base = runs[0].result()
+    shown = dict.fromkeys(run.setting for run in runs)
     return [
         f"# Comparing {len(runs)} runs on " + ", ".join(f"`{name}`" for name in shown),
         "",
         f"Baseline: `{runs[0].path}`. {base['sentences']} sentences, references sha256 "
-        f"`{base['refs_sha256'][:12]}`, beam {base['beam']}, length penalty {base['length_penalty']}. "
-        f"p: sacreBLEU paired bootstrap resampling ({BOOTSTRAP_SAMPLES} resamples) against the baseline; "
-        f"* = p < {P_THRESHOLD}; ± = half-width of the run's bootstrap 95% confidence interval. "
+        f"`{base['refs_sha256'][:12]}`. Decoding: "
+        + "; ".join(f"`{run.label}` {_decoding(run)}" for run in runs)
+        + f". p: sacreBLEU paired bootstrap resampling ({BOOTSTRAP_SAMPLES} resamples) against the "
+        f"baseline; * = p < {P_THRESHOLD}; ± = half-width of the run's bootstrap 95% confidence interval. "
         "★ = best BLEU.",
         "",
     ]
+
+
+def _decoding(run: Run) -> str:
+    """How a row's translations were decoded: "beam 3, length penalty 2.0 (`test-tuned`: tuned on val)"."""
+    result = run.result() or {}
+    if not result:
+        return f"(no `{run.setting}` result)"
+    sample = result.get("decode", {}).get("sample")
+    how = (
+        f"sampled {sample}" if sample else f"beam {result['beam']}, length penalty {result['length_penalty']}"
+    )
+    tuned = ": tuned on val" if run.setting.endswith("-tuned") else ""
+    return f"{how} (`{run.setting}`{tuned})"
 
 
 def _verdicts(base: Run, others: list[Run], tests: dict[str, dict]) -> list[str]:
@@ -277,7 +319,7 @@ def _lineage(card: dict) -> str:
     return f", tokenizer of `{shared['run']}`" if shared else ""
 
 
-def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: list[Run]) -> list[str]:
+def _table(runs: list[Run], tests: dict[str, dict], best: list[Run]) -> list[str]:
     """One row per run: its card, its scores (mt.metrics; the headline ones with p-values), and the
     config keys that differ."""
     keys = differing_keys([run.config for run in runs])
@@ -286,7 +328,7 @@ def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: list[Run
     columns += ["len ratio"] + [f"`{k}`" for k in keys]
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for i, run in enumerate(runs):
-        c, t, res = run.card, run.card.get("training", {}), run.result(setting) or {}
+        c, t, res = run.card, run.card.get("training", {}), run.result() or {}
         test = tests.get(run.label, {})
         mark = " ★" if any(run is b for b in best) else ""
         scores = [
@@ -303,54 +345,9 @@ def _table(runs: list[Run], setting: str, tests: dict[str, dict], best: list[Run
     return out
 
 
-def curve_points(runs: list[Run]) -> list[tuple[str, dict[tuple[int, int], tuple[list, list]]]]:
-    """What `plot_curves` draws: per run (a run given twice, RUN@SETTING, once), its label and each
-    panel's (x, y) points; panel (row, col): row 0 training NLL, 1 val BLEU; col 0 steps, 1 minutes."""
-    latest = {r.path.resolve(): r for r in reversed(runs)}
-    points = []
-    for run in [r for r in runs if latest[r.path.resolve()] is r]:
-        logs = [r for r in run.metrics if "loss" in r]
-        vals = [r for r in run.metrics if "val_bleu" in r]
-        panels = {}
-        for col, x in enumerate(("step", "elapsed_s")):
-            scale = 1 if x == "step" else 1 / 60
-            panels[0, col] = [r[x] * scale for r in logs], [r["nll"] for r in logs]
-            panels[1, col] = [r[x] * scale for r in vals], [r["val_bleu"] for r in vals]
-        points.append((run.label, panels))
-    return points
-
-
-def plot_curves(runs: list[Run], path: Path):
-    """Training NLL and val BLEU against steps and against wall time, all runs on each panel. The NLL,
-    not the label-smoothed loss, so that runs with different smoothing share a scale."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    for label, panels in curve_points(runs):
-        for (row, col), (xs, ys) in panels.items():
-            axes[row][col].plot(xs, ys, label=label, marker="o" if row == 1 else None)
-    for col, xlabel in enumerate(("step", "wall clock (minutes)")):
-        axes[0][col].set(xlabel=xlabel, ylabel="training NLL (unsmoothed)")
-        axes[1][col].set(xlabel=xlabel, ylabel="validation BLEU (beam train.valid_beam)")
-    for ax in axes.flat:
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:  # a panel no run has points for gets no empty legend
-            ax.legend(fontsize=8)
-    for ax in axes[1]:  # at least 2 BLEU on the axis: 0.0141 vs 0.0142 must not look like a gap
-        low, high = ax.get_ylim()
-        if high - low < 2.0:
-            ax.set_ylim((low + high) / 2 - 1.0, (low + high) / 2 + 1.0)
-    fig.tight_layout()
-    write_figure(fig, path)
-    plt.close(fig)
-    return fig  # closed, but its axes can still be read
-
-
-def write_report(paths: list[str | Path], out: str | Path, setting: str = "test") -> tuple[Path, str]:
-    """Write the Markdown report (and its plot beside it); returns (report path, plots note)."""
+def write_report(paths: list[str | Path], out: str | Path, setting: str = "") -> tuple[Path, str]:
+    """Write the Markdown report (and its plot beside it); returns (report path, plots note). `setting`:
+    the evaluation every row shows ("": each run's own, `own_setting`)."""
     runs = load_runs(paths, setting)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -360,5 +357,5 @@ def write_report(paths: list[str | Path], out: str | Path, setting: str = "test"
         plots = f"![training NLL and validation BLEU]({png.name})"
     except ImportError:
         plots = "Plots skipped: matplotlib is not installed (`pip install -e '.[plot]'`)."
-    write_text(out, render(runs, setting, plots))
+    write_text(out, render(runs, plots))
     return out, plots

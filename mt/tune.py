@@ -144,6 +144,16 @@ def tuned_setting(run: Path, checkpoint: Path) -> dict | None:
     return chosen if same else None
 
 
+def decodes_as_tuned(translator: Translator) -> bool:
+    """Whether an opened run translates as `mt tune` chose: its decode section untouched by options,
+    with the tuned beam and length penalty, on the checkpoint tuned, no ensemble. `mt evaluate` files
+    such a result also as SPLIT-tuned (what `mt report` compares by default); `mt serve`'s /info and
+    page say so."""
+    if translator.ensemble or translator.decode != translator.config.decode:
+        return False
+    return tuned_setting(translator.run, translator.checkpoint) is not None
+
+
 def tune_unless_tuned(run: Path, device: str = "auto") -> dict | None:
     """What `mt train` does at its end (train.tune): tune best.pt, unless the card holds a choice for
     this very file; then that choice is written back into config.yaml, where a resumed training put

@@ -24,12 +24,11 @@ webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
-from mt.config import load_config  # noqa: E402
 from mt.serving.app import create_app, server_info  # noqa: E402
 from mt.serving.limits import ServeLimits  # noqa: E402
 from mt.serving.worker import Worker  # noqa: E402
-from mt.train import train  # noqa: E402
 from mt.translator import Translator  # noqa: E402
+from mt.tune import make_grid, tune  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,18 +51,23 @@ LINES = ["Ein Mann fährt mit dem Fahrrad durch die Stadt .", "Zwei Hunde spiele
 
 
 @pytest.fixture(scope="module")
-def server(tiny, tmp_path_factory):
+def served_run(fluent, tmp_path_factory) -> Path:
+    """MT_SERVE_RUN, or a copy of a toy run whose translations are words, tuned on val to beam 2 and
+    length penalty 1.5: the page must start from those, not from values of its own."""
+    if os.environ.get("MT_SERVE_RUN"):
+        return Path(os.environ["MT_SERVE_RUN"])
+    run = tmp_path_factory.mktemp("browser") / "run"
+    shutil.copytree(fluent, run)
+    tune(run, device="cpu", grid=make_grid((2,), (1.5,)))
+    return run
+
+
+@pytest.fixture(scope="module")
+def server(served_run):
     """uvicorn on a free loopback port, in a thread: its base URL."""
     import uvicorn
 
-    run = (
-        Path(os.environ["MT_SERVE_RUN"])
-        if os.environ.get("MT_SERVE_RUN")
-        else tmp_path_factory.mktemp("browser") / "run"
-    )
-    if not os.environ.get("MT_SERVE_RUN"):
-        train(load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=6"]), run)
-    translator = Translator.from_run(run, device="cpu")
+    translator = Translator.from_run(served_run, device="cpu")
     worker = Worker(translator, ServeLimits())
     worker.start()
     with socket.socket() as s:
@@ -136,7 +140,7 @@ def test_type_translate_and_explore_the_attention(server, browser, tmp_path):
     source = browser.find_element(By.ID, "source")
     source.clear()
     source.send_keys("\n".join(LINES))
-    for field, value in (("beam", "3"), ("n-best", "2")):
+    for field, value in (("beam", "3"), ("n-best", "2"), ("length-penalty", "1.0")):
         browser.find_element(By.ID, field).clear()
         browser.find_element(By.ID, field).send_keys(value)
     browser.find_element(By.ID, "translate").click()
@@ -202,3 +206,31 @@ def test_type_translate_and_explore_the_attention(server, browser, tmp_path):
     shot.parent.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(shot)) and shot.read_bytes()[:4] == b"\x89PNG"
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_the_page_starts_from_the_runs_decoding(server, served_run, browser):
+    """Untouched, the page's controls show what GET /info reports (the run's tuned beam and length
+    penalty), and its first translation is `mt translate`'s."""
+    wait = WebDriverWait(browser, 60)
+    browser.get(server)
+    wait.until(lambda d: "layers" in d.find_element(By.ID, "model-info").text)
+    with urllib.request.urlopen(server + "info", timeout=60) as response:
+        decode = json.loads(response.read())["decode"]
+    shown = [
+        browser.find_element(By.ID, f).get_attribute("value") for f in ("beam", "n-best", "length-penalty")
+    ]
+    assert shown == [str(decode["beam"]), str(decode["n_best"]), f"{decode['length_penalty']:g}"]
+    if not os.environ.get("MT_SERVE_RUN"):
+        assert (decode["beam"], decode["length_penalty"], decode["tuned"]) == (2, 1.5, True)
+        assert browser.find_element(By.ID, "decoding-note").text == (
+            "Starting from the run's own decoding (GET /info): beam 2, length penalty 1.5, as mt tune chose "
+            "it on val."
+        )
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys("\n".join(LINES))
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda d: len(read(d, "#results .translation")) == len(LINES))
+    assert read(browser, "#results .translation") == Translator.from_run(served_run, device="cpu").translate(
+        LINES
+    )

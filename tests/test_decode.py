@@ -15,7 +15,7 @@ from conftest import TEXT_MODEL
 
 from mt.batching import source_batch
 from mt.decode import Ensemble, Hypothesis, Sampler, beam_search, greedy_decode, length_penalty
-from mt.decode_config import COMMAND_LINE, DecodeConfig, decoding
+from mt.decode_config import COMMAND_LINE, REQUEST, DecodeConfig, decoding
 from mt.errors import ConfigError
 from mt.kv_cache import KVCache
 from mt.model import Seq2Seq
@@ -249,6 +249,15 @@ def test_n_samples_per_line_are_n_seeded_draws_the_first_the_one_sample(trained_
     assert tokens(one_by_one) == tokens(three)  # independent of the batch
     assert sum(len({tuple(h.tokens) for h in hyps}) > 1 for hyps in three) >= 8, tokens(three)  # draws differ
     assert decoding(DecodeConfig(), {"sample": "topk:5", "n_best": 4}, COMMAND_LINE).n_best == 4
+
+
+def test_an_option_given_wins_over_a_default_with_what_it_implies():
+    tuned = DecodeConfig(beam=3, length_penalty=2.0)  # a run tuned on val
+    sampled = decoding(tuned, {"sample": "topk:50", "temperature": 1.5, "beam": None}, COMMAND_LINE)
+    assert (sampled.sample, sampled.beam, sampled.temperature) == ("topk:50", 1, 1.5)
+    searched = decoding(DecodeConfig(sample="topp:0.9"), {"beam": 4}, REQUEST)  # a server that samples
+    assert (searched.sample, searched.beam) == ("", 4)
+    assert decoding(DecodeConfig(sample="topp:0.9"), {"beam": 1}, REQUEST).sample == "topp:0.9"
 
 
 def test_top_p_keeps_the_fewest_pieces_that_reach_p():

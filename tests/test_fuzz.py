@@ -17,7 +17,7 @@ import pytest
 from fuzzing import DAMAGE, READERS, STRUCTURED, damage, make_workspace
 from hypothesis import HealthCheck, given, settings
 
-from mt.report import curve_points
+from mt.curves import curve_points
 
 EXAMPLES = int(os.environ.get("MT_FUZZ_EXAMPLES") or 25)
 

@@ -51,7 +51,7 @@ LAYERS = {
         "run.parent",
     ],
     "Training": ["step", "session", "train"],
-    "Using a run": ["translator", "distill", "tune", "evaluate", "report"],
+    "Using a run": ["translator", "distill", "tune", "evaluate", "curves", "report"],
     "Serving": ["serving.limits", "serving.worker", "serving.requests", "serving.app"],
     "The command line": ["arguments", "cli"],
 }

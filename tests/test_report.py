@@ -9,6 +9,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from mt.cli import main
+from mt.curves import plot_curves
 from mt.errors import ConfigError
 from mt.evaluate import evaluate_run
 from mt.metrics import METRICS
@@ -18,7 +19,6 @@ from mt.report import (
     _run_line,
     _verdict,
     load_runs,
-    plot_curves,
     write_report,
 )
 from mt.translator import Translator
@@ -101,8 +101,47 @@ def test_one_run_compares_two_of_its_evaluations(two_runs, tmp_path, capsys):
         load_runs([f"{run}@test-last", f"{run}@test-last"])
     assert main(["report", f"{run}@test-nope", str(run), "--out", str(tmp_path / "x.md")]) == 2
     assert capsys.readouterr().err == (
-        f"mt: error: {run}: the baseline has no 'test-nope' result; run `mt evaluate` on it first\n"
+        f"mt: error: {run}: the baseline has no 'test-nope' result; run `mt evaluate` on it first, or "
+        f"compare one of its results (test, test-last)\n"
     )
+
+
+@pytest.mark.slow
+def test_report_compares_each_run_at_its_own_decoding_by_default(two_runs, tmp_path, capsys):
+    """`mt report A B` with no flags, on runs as `mt train` and `mt evaluate` leave them: a run tuned on
+    val, whose evaluation is filed as test-beam2-lp1.5 and test-tuned (no `test`), against an untuned
+    one (`test`). A run not evaluated since its tuning is refused, with the results it has."""
+    tuned = tmp_path / "tuned"
+    shutil.copytree(two_runs[1], tuned)
+    card = json.loads((tuned / "card.json").read_text())
+    (tuned / "card.json").write_text(json.dumps({**card, "results": {}}))  # as `mt train` leaves it
+    assert (
+        main(["tune", "--run", str(tuned), "--device", "cpu", "--beams", "2", "--length-penalties", "1.5"])
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["report", str(tuned), str(two_runs[0]), "--out", str(tmp_path / "r.md")]) == 2
+    assert capsys.readouterr().err == (
+        f"mt: error: {tuned}: no 'test-tuned' result (the run's own decoding on test); run `mt evaluate "
+        f"--run {tuned} --split test` first, or compare a result (it has none yet) with --setting\n"
+    )
+    assert main(["evaluate", "--run", str(tuned), "--device", "cpu"]) == 0
+    assert main(["report", str(tuned), str(two_runs[0]), "--out", str(tmp_path / "r.md")]) == 0
+    text = (tmp_path / "r.md").read_text()
+    assert text.startswith("# Comparing 2 runs on `test-tuned`, `test`\n")
+    assert (
+        "Decoding: `tuned` beam 2, length penalty 1.5 (`test-tuned`: tuned on val); `ls01` beam 1, length "
+        "penalty 1.0 (`test`)."
+    ) in text
+    rows = {
+        line.split("|")[1].strip().rstrip(" ★"): line.split("|")
+        for line in text.splitlines()
+        if line.startswith("| ")
+    }
+    results = json.loads((tuned / "card.json").read_text())["results"]
+    assert sorted(results) == ["test-beam2-lp1.5", "test-tuned"]
+    assert rows["tuned"][10].strip() == f"{results['test-tuned']['bleu']:.2f}"
+    assert "- `ls01` vs `tuned`: BLEU " in text
 
 
 def _signed(run, tmp_path, old: str, new: str):

@@ -3,6 +3,7 @@ into the run (config.yaml's decode section, the card's `tuning`), and every way 
 translates with them unless told otherwise."""
 
 import json
+import shutil
 
 import pytest
 import sacrebleu
@@ -13,6 +14,8 @@ from mt.cli import main
 from mt.config import read_saved_config
 from mt.data import load_split
 from mt.errors import ConfigError
+from mt.serving.limits import ServeLimits
+from mt.serving.worker import Worker
 from mt.translator import Translator
 from mt.tune import best_setting, make_grid, tune, tuned_setting
 
@@ -58,6 +61,54 @@ def test_a_flag_wins_over_the_tuned_setting_on_the_command_line(run, capsys):
     assert results["val-beam4-lp2"]["beam"] == 4 and results["val"]["beam"] == 1
     # the run's own decoding is also val-tuned, which `mt report --setting val-tuned` compares across runs
     assert results["val-tuned"] == results["val-beam4-lp2"]
+
+
+@pytest.mark.slow
+def test_sampling_on_a_tuned_run_needs_no_beam_in_any_door(fluent, tmp_path, capsys):
+    """`--sample` given alone wins over the run's tuned beam 3 with what it implies (beam 1): on the
+    command line, through the API's keywords (per call and at opening), and in an HTTP request."""
+    from fastapi.testclient import TestClient
+
+    from mt.serving.app import create_app, server_info
+
+    run = tmp_path / "run"
+    shutil.copytree(fluent, run)
+    tune(run, device="cpu", grid=make_grid((3,), (2.0,)))
+    assert Translator.from_run(run, device="cpu").decode.beam == 3
+    lines, options = (
+        ["Ein Hund läuft .", "Zwei Männer spielen im Schnee ."],
+        {"sample": "topk:50", "temperature": 1.5, "seed": 7},
+    )
+    want = Translator.from_run(run, device="cpu", beam=1, **options).translate(lines)
+    assert want != Translator.from_run(run, device="cpu").translate(lines)  # sampled, not searched
+    assert Translator.from_run(run, device="cpu").translate(lines, **options) == want
+    assert Translator.from_run(run, device="cpu", **options).translate(lines) == want
+    src, out = tmp_path / "src.txt", tmp_path / "out.txt"
+    src.write_text("".join(line + "\n" for line in lines))
+    flags = ["--sample", "topk:50", "--temperature", "1.5", "--seed", "7"]
+    assert (
+        main(
+            [
+                "translate",
+                "--run",
+                str(run),
+                "--device",
+                "cpu",
+                *flags,
+                "--input",
+                str(src),
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert out.read_text().splitlines() == want
+    worker = Worker(Translator.from_run(run, device="cpu"), ServeLimits())
+    worker.start()
+    with TestClient(create_app(worker, server_info(worker.translator, worker.limits))) as client:
+        got = client.post("/translate", json={"lines": lines, **options}).json()
+    assert [t["translation"] for t in got["translations"]] == want and got["beam"] == 1
 
 
 def train_args(run, tiny, *extra) -> list[str]:

@@ -50,6 +50,7 @@ from mt.serving.requests import (
 )
 from mt.serving.worker import Job, Overloaded, Translated, Worker
 from mt.translator import Translator
+from mt.tune import decodes_as_tuned
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).parent / "static"
@@ -115,7 +116,11 @@ def server_info(translator: Translator, limits: ServeLimits) -> dict:
             "vocab_size": t.model.vocab_size,
             "parameters": count_parameters(t.model),
         },
-        "decode": {k: getattr(t.decode, k) for k in ("beam", "n_best", "length_penalty", "engine")},
+        # the decoding a request without options gets, and so the page's first: tuned = as `mt tune` chose
+        "decode": {
+            **{k: getattr(t.decode, k) for k in ("beam", "n_best", "length_penalty", "engine", "sample")},
+            "tuned": decodes_as_tuned(t),
+        },
         "languages": {"source": t.config.data.src_lang, "target": t.config.data.tgt_lang},
         "card": card_summary(t.run),
         "limits": dataclasses.asdict(limits),

@@ -107,15 +107,15 @@ def attention_index(req: AttentionRequest, lines: list[str]) -> int:
 def request_decoding(default: DecodeConfig, req: TranslateRequest, limits: ServeLimits) -> DecodeConfig:
     """The run's decode config with the request's options; a conflict is a 422 naming the option."""
     options = req.model_dump(include={f.name for f in dataclasses.fields(DecodeConfig)})  # not prefixes
-    beam = req.beam or default.beam
-    if beam > limits.max_beam:
-        raise Refused(
-            422, "beam", f"beam: {beam} is more than max_beam={limits.max_beam} (mt serve --max-beam)"
-        )
     try:
-        return decoding(default, options, REQUEST)
+        decode = decoding(default, options, REQUEST)
     except ConfigError as e:
         raise Refused(422, e.key, str(e)) from None
+    if decode.beam > limits.max_beam:  # the beam asked for, or the server's (1 where sampling implies it)
+        raise Refused(
+            422, "beam", f"beam: {decode.beam} is more than max_beam={limits.max_beam} (mt serve --max-beam)"
+        )
+    return decode
 
 
 def check_alignable(worker: Worker, req: TranslateRequest, decode: DecodeConfig) -> None:

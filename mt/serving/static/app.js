@@ -23,12 +23,24 @@ function showError(message) {
 }
 
 function readOptions() {
-  // split sentences: one joined translation a line, so no n-best list, alignment or attention map
+  // split sentences: one joined translation a line, so no n-best list, alignment or attention map;
+  // an empty field is left out, so the server decodes it as the run does
   const split = $("split-sentences").checked;
+  const number = (id, parse) => { const value = parse($(id).value); return Number.isNaN(value) ? undefined : value; };
   return {
-    beam: parseInt($("beam").value, 10), n_best: split ? 1 : parseInt($("n-best").value, 10),
-    length_penalty: parseFloat($("length-penalty").value), split_sentences: split,
+    beam: number("beam", (v) => parseInt(v, 10)), n_best: split ? 1 : number("n-best", (v) => parseInt(v, 10)),
+    length_penalty: number("length-penalty", parseFloat), split_sentences: split,
   };
+}
+
+function showDecoding(decode) {
+  // the controls start where `mt translate`, the API and a request without options start: the run's decoding
+  $("beam").value = decode.beam;
+  $("n-best").value = decode.n_best;
+  $("length-penalty").value = decode.length_penalty;
+  const how = decode.sample ? `sampling ${decode.sample}` : `beam ${decode.beam}, length penalty ${decode.length_penalty}`;
+  $("decoding-note").textContent = `Starting from the run's own decoding (GET /info): ${how}` +
+    (decode.tuned ? ", as mt tune chose it on val." : ".");
 }
 
 async function translate() {
@@ -218,6 +230,7 @@ async function showModel() {
     $("model-info").textContent = `${info.name}: ${info.model.encoder_layers}+${info.model.decoder_layers} layers, d ${info.model.d_model}, ` +
       `${info.model.heads} heads · ${info.checkpoint} · ${card.steps ?? "?"} steps${bleu}`;
     $("beam").max = info.limits.max_beam;
+    showDecoding(info.decode);
     const { source, target } = info.languages;
     $("source-label").textContent = `${source} → ${target}, one sentence a line (or several: split sentences)`;
     if (source !== "de") $("source").value = "";  // the examples are German

@@ -1,0 +1,55 @@
+"""`mt report`'s learning curves: training NLL and validation BLEU against steps and wall time, a line
+per run (`runs`: mt.report's rows, each with a path, a label and its metrics.jsonl records). Drawn with
+matplotlib, the optional `plot` extra, imported only when a report is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mt.files import write_figure
+
+
+def curve_points(runs: list) -> list[tuple[str, dict[tuple[int, int], tuple[list, list]]]]:
+    """What `plot_curves` draws: per run (a run given twice, RUN@SETTING, once), its label and each
+    panel's (x, y) points; panel (row, col): row 0 training NLL, 1 val BLEU; col 0 steps, 1 minutes."""
+    latest = {r.path.resolve(): r for r in reversed(runs)}
+    points = []
+    for run in [r for r in runs if latest[r.path.resolve()] is r]:
+        logs = [r for r in run.metrics if "loss" in r]
+        vals = [r for r in run.metrics if "val_bleu" in r]
+        panels = {}
+        for col, x in enumerate(("step", "elapsed_s")):
+            scale = 1 if x == "step" else 1 / 60
+            panels[0, col] = [r[x] * scale for r in logs], [r["nll"] for r in logs]
+            panels[1, col] = [r[x] * scale for r in vals], [r["val_bleu"] for r in vals]
+        points.append((run.label, panels))
+    return points
+
+
+def plot_curves(runs: list, path: Path):
+    """Training NLL and val BLEU against steps and against wall time, all runs on each panel. The NLL,
+    not the label-smoothed loss, so that runs with different smoothing share a scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    for label, panels in curve_points(runs):
+        for (row, col), (xs, ys) in panels.items():
+            axes[row][col].plot(xs, ys, label=label, marker="o" if row == 1 else None)
+    for col, xlabel in enumerate(("step", "wall clock (minutes)")):
+        axes[0][col].set(xlabel=xlabel, ylabel="training NLL (unsmoothed)")
+        axes[1][col].set(xlabel=xlabel, ylabel="validation BLEU (beam train.valid_beam)")
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:  # a panel no run has points for gets no empty legend
+            ax.legend(fontsize=8)
+    for ax in axes[1]:  # at least 2 BLEU on the axis: 0.0141 vs 0.0142 must not look like a gap
+        low, high = ax.get_ylim()
+        if high - low < 2.0:
+            ax.set_ylim((low + high) / 2 - 1.0, (low + high) / 2 + 1.0)
+    fig.tight_layout()
+    write_figure(fig, path)
+    plt.close(fig)
+    return fig  # closed, but its axes can still be read
