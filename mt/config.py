@@ -88,6 +88,10 @@ class ModelConfig:
     norm: str = choice("pre", "pre", "post")
     tie_embeddings: bool = True
     max_positions: int = within(512, 8)
+    # target: the output layer, softmax and loss score only the pieces of the training corpus's target
+    # side (and the specials), fixed when training starts and kept in the weights; the vocabulary, the
+    # embeddings and the tokenizer stay joint. all: every piece of the joint vocabulary
+    output_pieces: str = choice("all", "all", "target")
 
     @property
     def depth(self) -> tuple[int, int]:

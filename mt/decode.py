@@ -6,7 +6,6 @@ Works on id tensors only; text, tokenization and batching of lines live in mt.tr
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -14,6 +13,7 @@ import torch
 from torch import Tensor
 
 from mt.decode_config import DecodeConfig
+from mt.ensemble import Ensemble
 from mt.model import Seq2Seq
 from mt.tokenizer import BOS, EOS, PAD
 
@@ -28,59 +28,6 @@ class Hypothesis:
 def max_output_lengths(src_mask: Tensor, a: float, b: int, limit: int) -> Tensor:
     """Per-sentence output limit a * source length + b, capped by the position table: (B,) long."""
     return (a * src_mask.sum(1) + b).long().clamp(max=limit - 1)
-
-
-class Ensemble:
-    """Models of one tokenizer decoding as one: each keeps its own memory and KV cache, and the next
-    token's scores are the mean of their log-probabilities (which greedy and beam search normalise
-    again). Search uses it as it uses a Seq2Seq; an ensemble of one decodes as its model does."""
-
-    def __init__(self, models: list[Seq2Seq]):
-        self.models = models
-        self.cfg = dataclasses.replace(models[0].cfg, max_positions=min(m.cfg.max_positions for m in models))
-        self.training = False
-
-    def eval(self) -> Ensemble:
-        return self.train(False)
-
-    def train(self, mode: bool = True) -> Ensemble:
-        for m in self.models:
-            m.train(mode)
-        self.training = mode
-        return self
-
-    def to(self, device) -> Ensemble:
-        self.models = [m.to(device) for m in self.models]
-        return self
-
-    def encode(self, src: Tensor, src_mask: Tensor) -> Stacked:
-        return Stacked([m.encode(src, src_mask) for m in self.models])  # each (B, S, D)
-
-    def new_cache(self) -> Stacked:
-        return Stacked([m.new_cache() for m in self.models])
-
-    def decode(self, tgt_in: Tensor, memory: Stacked, src_mask: Tensor, cache: Stacked | None = None):
-        """As Seq2Seq.decode: (B, T, V) scores (the models' mean log-probabilities) and the caches."""
-        caches = cache.parts if cache is not None else [None] * len(self.models)
-        lprobs = [
-            torch.log_softmax(m.decode(tgt_in, part, src_mask, c)[0].float(), dim=-1)
-            for m, part, c in zip(self.models, memory.parts, caches)
-        ]
-        return torch.stack(lprobs).mean(0), cache
-
-
-@dataclass
-class Stacked:
-    """One memory or KV cache per model of an `Ensemble`, indexed and reordered together."""
-
-    parts: list
-
-    def __getitem__(self, index: Tensor) -> Stacked:  # memory[keep]: the sentences still running
-        return Stacked([part[index] for part in self.parts])
-
-    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:  # KVCache.reorder
-        for part in self.parts:
-            part.reorder(index, sentences)
 
 
 def force_prefix(scores: Tensor, prefix: Tensor | None, rows: Tensor, t: int) -> Tensor:
@@ -192,8 +139,10 @@ def greedy_decode(
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     for t in range(1, steps + 1):
         step_in = tokens[:, t - 1 : t] if use_cache else tokens[:, :t]  # (b, 1) or (b, t)
-        logits, cache = model.decode(step_in, memory, src_mask, cache)  # (b, 1|t, V)
-        last = block_repeats(logits[:, -1].float(), tokens[:, 1:t], cfg.no_repeat_ngram)  # (b, V)
+        logits, cache = model.decode(step_in, memory, src_mask, cache)  # (b, 1|t, V')
+        last = block_repeats(
+            model.to_pieces(logits[:, -1]).float(), tokens[:, 1:t], cfg.no_repeat_ngram
+        )  # (b, V)
         next_token = choose(force_prefix(last, prefix, rows, t), rows)  # (b,)
         best = last.gather(1, next_token[:, None]).squeeze(1)  # (b,)
         logprob += (best - torch.logsumexp(last, dim=-1)).masked_fill(finished, 0.0)  # its log-softmax
@@ -360,8 +309,9 @@ def beam_search(
     cache = model.new_cache() if use_cache else None
     for t in range(1, beams.steps + 1):
         step_in = beams.tokens[:, t - 1 : t] if use_cache else beams.tokens[:, :t]  # (B*k, 1) or (B*k, t)
-        logits, cache = model.decode(step_in, memory, src_mask, cache)  # (B*k, 1|t, V)
-        scores = block_repeats(logits[:, -1].float(), beams.tokens[:, 1:t], cfg.no_repeat_ngram)  # (B*k, V)
+        logits, cache = model.decode(step_in, memory, src_mask, cache)  # (B*k, 1|t, V')
+        last = model.to_pieces(logits[:, -1]).float()  # (B*k, V)
+        scores = block_repeats(last, beams.tokens[:, 1:t], cfg.no_repeat_ngram)  # (B*k, V)
         lprobs = torch.log_softmax(scores, dim=-1)  # (B*k, V)
         if prefix is not None:  # (the rows' sentences are only worth computing for a prefix)
             lprobs = force_prefix(lprobs, prefix, beams.sentence.repeat_interleave(beams.k), t)

@@ -84,6 +84,9 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float) -> tuple
 
 
 def batch_loss(model: torch.nn.Module, batch: Batch, epsilon: float) -> tuple[Tensor, Tensor]:
-    """Summed label-smoothed loss and NLL of a batch's target tokens, teacher-forced."""
-    logits = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)  # (B, T, V)
-    return label_smoothed_loss(logits.flatten(0, 1), batch.tgt_out.flatten(), epsilon)
+    """Summed label-smoothed loss and NLL of a batch's target tokens, teacher-forced, over the output
+    layer's pieces (model.output_pieces: the smoothing spreads over those); `model` may be wrapped in
+    DistributedDataParallel."""
+    logits = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)  # (B, T, V')
+    target = getattr(model, "module", model).output_ids(batch.tgt_out)  # (B, T) output positions
+    return label_smoothed_loss(logits.flatten(0, 1), target.flatten(), epsilon)

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from mt.config import ModelConfig
 from mt.kv_cache import KVCache
+from mt.output_pieces import OutputPieces
 
 
 class Dropout(nn.Module):
@@ -223,7 +224,7 @@ class DecoderLayer(nn.Module):
 class Seq2Seq(nn.Module):
     """Encoder-decoder Transformer; source/target embeddings and output projection optionally tied."""
 
-    def __init__(self, cfg: ModelConfig, vocab_size: int):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, target_pieces: Tensor | None = None):
         super().__init__()
         self.cfg, self.vocab_size = cfg, vocab_size
         D = cfg.d_model
@@ -241,6 +242,21 @@ class Seq2Seq(nn.Module):
         self.enc_norm = nn.LayerNorm(D) if pre else nn.Identity()
         self.dec_norm = nn.LayerNorm(D) if pre else nn.Identity()
         self._init_weights()
+        assert (target_pieces is not None) == (cfg.output_pieces == "target"), "model.output_pieces"
+        self.output = None if target_pieces is None else OutputPieces(vocab_size, target_pieces)
+
+    @property
+    def output_size(self) -> int:
+        """V': the pieces the output layer scores (cfg.output_pieces)."""
+        return self.vocab_size if self.output is None else len(self.output.ids)
+
+    def output_ids(self, ids: Tensor) -> Tensor:
+        """Piece ids (any shape) -> their positions in the output layer (the same ids over all pieces)."""
+        return ids if self.output is None else self.output.positions(ids)
+
+    def to_pieces(self, logits: Tensor) -> Tensor:
+        """Output-layer logits (..., V') -> (..., V) by piece id (`OutputPieces.to_pieces`)."""
+        return logits if self.output is None else self.output.to_pieces(logits, self.vocab_size)
 
     def _init_weights(self) -> None:
         for name, p in self.named_parameters():
@@ -301,7 +317,7 @@ class Seq2Seq(nn.Module):
             cache: caller-owned KVCache, updated in place and returned; None = full recomputation.
             tgt_mask: (B, T) bool, real target positions (without a cache); None = all real.
         Returns:
-            logits (B, T, V) and the cache.
+            logits (B, T, V') over the output layer's pieces (`to_pieces` gives (B, T, V)) and the cache.
         """
         offset = cache.length if cache is not None else 0
         T = tgt_in.size(1)
@@ -319,10 +335,11 @@ class Seq2Seq(nn.Module):
             x = layer(x, memory, cross_mask, self_mask, cache, i, causal)
         if cache is not None:
             cache.length += T
-        return self.out_proj(self.dec_norm(x)), cache  # (B, T, V)
+        weight = self.out_proj.weight if self.output is None else self.output.rows(self.out_proj.weight)
+        return F.linear(self.dec_norm(x), weight), cache  # (B, T, V')
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> Tensor:
-        """Teacher-forced logits (B, T, V)."""
+        """Teacher-forced logits (B, T, V') over the output layer's pieces."""
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask=tgt_mask)[0]
 
     @torch.no_grad()

@@ -12,7 +12,7 @@ from mt.decode import length_penalty
 from mt.decode_config import DecodeConfig
 from mt.errors import DataError
 from mt.model import Seq2Seq
-from mt.tokenizer import Tokenizer
+from mt.tokenizer import UNK, Tokenizer
 
 
 @dataclass
@@ -36,9 +36,12 @@ def score_pairs(
     src_lens, tgt_lens = [len(s) + 1 for s in src_ids], [len(t) + 1 for t in tgt_ids]
     for group in token_batches(src_lens, tgt_lens, cfg.batch_tokens):
         batch = make_batch([src_ids[g] for g in group], [tgt_ids[g] for g in group]).to(device)
-        logits = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)  # (B, T, V)
-        picked = torch.log_softmax(logits.float(), -1).gather(-1, batch.tgt_out.unsqueeze(-1))  # (B, T, 1)
-        for g, row in zip(group, picked.squeeze(-1).tolist()):
+        logits = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)  # (B, T, V')
+        target = model.output_ids(batch.tgt_out)  # (B, T): positions in the output layer
+        picked = torch.log_softmax(logits.float(), -1).gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        lacked = (target == UNK) & (batch.tgt_out != UNK)  # a piece the output layer does not score
+        picked = picked.masked_fill(lacked, float("-inf"))  # (B, T)
+        for g, row in zip(group, picked.tolist()):
             token_logprobs = row[: tgt_lens[g]]
             total = sum(token_logprobs)
             scored[g] = Scored(token_logprobs, total, total / length_penalty(tgt_lens[g], cfg.length_penalty))

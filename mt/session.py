@@ -20,6 +20,7 @@ from mt.config import RunConfig
 from mt.data import load_split
 from mt.errors import WriteError
 from mt.model import Seq2Seq, count_parameters
+from mt.output_pieces import target_pieces
 from mt.run import checkpoint, folder
 from mt.run.card import training_record, update_card
 from mt.run.folder import MetricsLog
@@ -127,7 +128,7 @@ def setup(
     )
     train_pairs, folders = training_corpus(cfg, tokenizer, pairs, ranks)
     val = make_validation(*val_lines, tokenizer, cfg.train.max_tokens) if ranks.main else None
-    model, optimizer, scaler, progress = learner(cfg, tokenizer.vocab_size, device, resumed, parent, ranks)
+    model, optimizer, scaler, progress = learner(cfg, tokenizer, device, resumed, parent, ranks, train_pairs)
     metrics = cleaning = None
     if ranks.main:  # the first write: the lock, then the run's files
         step = progress.step if resumed else None
@@ -205,17 +206,32 @@ def log_start(s: Session, resumed: bool, parent: Parent | None) -> None:
 
 def learner(
     cfg: RunConfig,
-    vocab_size: int,
+    tokenizer: Tokenizer,
     device: torch.device,
     resumed: Resumed | None,
     parent: Parent | None,
     ranks: distributed.Ranks,
+    train_pairs: list[Pairs],
 ) -> tuple[Seq2Seq, torch.optim.Optimizer, torch.amp.GradScaler, Progress]:
     """The model, Adam, the fp16 grad scaler and the counters: new (random weights, or the parent's),
-    or restored from `resumed`. Adam holds only the parameters train.freeze leaves to train."""
-    model = Seq2Seq(cfg.model, vocab_size)
-    if parent:
-        model.load_state_dict(parent.ckpt["model"])
+    or restored from `resumed`. Adam holds only the parameters train.freeze leaves to train. With
+    model.output_pieces: target the output layer's pieces are the training targets' (a resumed run's
+    are its checkpoint's)."""
+    pieces = None
+    if cfg.model.output_pieces == "target":
+        saved = resumed.ckpt["model"].get("output.ids") if resumed else None
+        pieces = (
+            saved if saved is not None else target_pieces([p.tgt for p in train_pairs], tokenizer.vocab_size)
+        )
+        log.info(
+            "output layer: %d of %d pieces (the training targets' and the specials)",
+            len(pieces),
+            tokenizer.vocab_size,
+        )
+    model = Seq2Seq(cfg.model, tokenizer.vocab_size, pieces)
+    if parent:  # the parent's weights; the output layer's pieces are this corpus's
+        weights = {k: v for k, v in parent.ckpt["model"].items() if k != "output.ids"}
+        model.load_state_dict(weights | ({"output.ids": model.output.ids} if model.output else {}))
     model.freeze(cfg.train.freeze)
     model = model.to(device)
     trainable = [p for p in model.parameters() if p.requires_grad]

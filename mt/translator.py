@@ -44,6 +44,7 @@ from mt.distributed import resolve_device
 from mt.errors import ConfigError, RunDirError
 from mt.files import file_sha256
 from mt.model import Seq2Seq
+from mt.output_pieces import unwritable
 from mt.run.folder import checkpoint_path, load_run
 from mt.score import Scored, score_lines
 from mt.sentences import join_lines, join_texts, sentences_of, splitter
@@ -155,13 +156,30 @@ class Translator:
         with self.lock:
             return self._by_sentence(translate_nbest, lines, prefixes, decode, join_best)
 
-    @staticmethod
-    def _lines_and_prefixes(lines: Any, prefixes: Any) -> tuple[list[str], list[str] | None]:
-        """translate's and nbest's arguments checked (`as_lines`), one prefix per line."""
+    def _lines_and_prefixes(self, lines: Any, prefixes: Any) -> tuple[list[str], list[str] | None]:
+        """translate's and nbest's arguments checked (`as_lines`), one prefix per line, each made of
+        pieces that every model's output layer writes (`unwritable`)."""
         lines = as_lines("lines", lines)
         prefixes = None if prefixes is None else as_lines("prefixes", prefixes)
         one_per_line("prefixes", prefixes, lines, ' ("" for none)')
+        if prefixes:
+            self._check_writable(prefixes)
         return lines, prefixes
+
+    def _check_writable(self, prefixes: list[str]) -> None:
+        """A prefix holding a piece that a model's output layer lacks (model.output_pieces: target) is
+        refused: no search can write it."""
+        models = self.searcher.models if isinstance(self.searcher, Ensemble) else [self.model]
+        for model in [m for m in models if m.output is not None]:
+            found = unwritable(model.output, self.tokenizer.encode(prefixes))
+            if found:
+                piece = self.tokenizer.sp.id_to_piece(found[1])
+                raise ConfigError(
+                    f"prefix of line {found[0] + 1}: the piece {piece!r} is not one the model writes "
+                    "(model.output_pieces: target, the pieces of its training targets); leave it out of "
+                    "the prefix",
+                    "prefixes",
+                )
 
     def _by_sentence(self, search, lines: list[str], prefixes: list[str] | None, decode: DecodeConfig, join):
         """search(...) over the lines, or with decode.split_sentences over their sentences, joined."""

@@ -51,6 +51,7 @@ from mt.config import ModelConfig, load_config  # noqa: E402
 from mt.distributed import native_precisions, resolve_device, set_precision  # noqa: E402
 from mt.generated import synthetic  # noqa: E402
 from mt.model import Seq2Seq  # noqa: E402
+from mt.output_pieces import target_pieces  # noqa: E402
 from mt.step import inverse_sqrt_lr, train_step  # noqa: E402
 
 # dense tensor-core (fp32: CUDA-core) peaks in TFLOP/s, from NVIDIA's data sheets; by device name
@@ -66,8 +67,9 @@ PEAKS = {
 SWITCHES = ["eager", "compile", "layers", "loss", "cudnn"]
 
 
-def bench_pairs(cfg, steps: int) -> tuple[Pairs, int]:
-    """The sentences of the first `steps` batches of epoch 1, and the vocabulary size."""
+def bench_pairs(cfg, steps: int) -> tuple[Pairs, int, torch.Tensor]:
+    """The sentences of the first `steps` batches of epoch 1, the vocabulary size, and the pieces of
+    the whole corpus's targets (model.output_pieces: target), as `mt train` counts them."""
     if cfg.data.corpus == "synthetic":
         vocab_size = cfg.tokenizer.vocab_size
         n = max(1000, steps * cfg.train.max_tokens // 40)  # ~60 tokens a pair: more than enough
@@ -77,13 +79,13 @@ def bench_pairs(cfg, steps: int) -> tuple[Pairs, int]:
         pairs, vocab_size = corpus.load(corpus.prepare(cfg.data, tokenizer, total)), tokenizer.vocab_size
     plan = epoch_plan(pairs.src_len, pairs.tgt_len, cfg.train.max_tokens, cfg.train.seed, 1)
     rows = torch.cat([plan.rows(j) for j in range(min(steps, len(plan)))])
-    return pairs.subset(rows), vocab_size
+    return pairs.subset(rows), vocab_size, target_pieces([pairs.tgt], vocab_size)
 
 
-def train_flops(cfg: ModelConfig, vocab_size: int, src_len: torch.Tensor, tgt_len: torch.Tensor) -> float:
+def train_flops(cfg: ModelConfig, output_size: int, src_len: torch.Tensor, tgt_len: torch.Tensor) -> float:
     """Model FLOPs of a training update on these pairs (lengths without eos/bos): 6 per multiply-add
     (forward 2, backward 4) of each matmul a real token passes through, attention's QK^T and AV included."""
-    D, F, V = cfg.d_model, cfg.d_ff, vocab_size
+    D, F, V = cfg.d_model, cfg.d_ff, output_size  # V: the pieces the output layer scores
     encoder_layers, decoder_layers = cfg.depth
     s, t = src_len.double() + 1, tgt_len.double() + 1  # (P,) with eos / bos
     encoder = s * (4 * D * D + 2 * D * F) + 2 * s * s * D
@@ -91,7 +93,7 @@ def train_flops(cfg: ModelConfig, vocab_size: int, src_len: torch.Tensor, tgt_le
     return 6 * float((encoder_layers * encoder + decoder_layers * decoder + t * D * V).sum())
 
 
-def build(cfg, row: dict, vocab_size: int, device: torch.device):
+def build(cfg, row: dict, vocab_size: int, pieces: torch.Tensor, device: torch.device):
     """The row's model, its optimizer and grad scaler, as mt.session.learner makes them."""
     torch.manual_seed(cfg.train.seed)
     if row["model"] == "reference":
@@ -99,7 +101,7 @@ def build(cfg, row: dict, vocab_size: int, device: torch.device):
 
         model = ReferenceSeq2Seq(cfg.model, vocab_size)
     else:
-        model = Seq2Seq(cfg.model, vocab_size)
+        model = Seq2Seq(cfg.model, vocab_size, pieces if cfg.model.output_pieces == "target" else None)
     model = model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
     if row["switch"] == "compile":
@@ -135,7 +137,7 @@ def child(row: dict) -> dict:
     device = resolve_device(row["device"])
     saved = torch.load(row["pairs"])
     pairs, vocab_size = Pairs.of(*saved["pairs"]), saved["vocab_size"]
-    model, optimizer, scaler = build(cfg, row, vocab_size, device)
+    model, optimizer, scaler = build(cfg, row, vocab_size, saved["target_pieces"], device)
     stream = BatchStream(pairs, cfg.train.max_tokens, cfg.train.seed, pin_memory=device.type == "cuda")
     calls = iter(range(10**9))
 
@@ -155,7 +157,8 @@ def child(row: dict) -> dict:
         stats = step(batches)  # its one host sync per update ends the update's GPU work too
         tokens, updates = tokens + stats.tokens, updates + 1
     seconds = time.perf_counter() - start
-    flops = train_flops(cfg.model, vocab_size, pairs.src_len, pairs.tgt_len)
+    output_size = getattr(model, "output_size", vocab_size)  # the reference scores every piece
+    flops = train_flops(cfg.model, output_size, pairs.src_len, pairs.tgt_len)
     return {
         "tokens_per_s": tokens / seconds,
         "tflops": flops / seconds / 1e12,
@@ -319,11 +322,11 @@ def rows_of(args, device: torch.device, folder: Path) -> list[dict]:
     rows = []
     for i, path in enumerate(args.configs):
         cfg = load_config(path, args.set)
-        pairs, vocab_size = bench_pairs(cfg, args.steps)
+        pairs, vocab_size, pieces = bench_pairs(cfg, args.steps)
         saved = folder / f"pairs{i}.pt"
         # int32: torch 2.4 cannot pickle uint16 tensors (the bench's few thousand pairs: no memory to save)
         arrays = tuple(t.int() for t in (pairs.src, pairs.tgt, pairs.src_len, pairs.tgt_len))
-        torch.save({"pairs": arrays, "vocab_size": vocab_size}, saved)
+        torch.save({"pairs": arrays, "vocab_size": vocab_size, "target_pieces": pieces}, saved)
         for precision in args.precisions or native_precisions(device):
             for switch in args.switches:
                 for model in args.models:

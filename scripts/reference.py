@@ -51,6 +51,10 @@ class ReferenceSeq2Seq(nn.Module):
         L = ids.size(1)
         return self.drop(self.embed(ids) * math.sqrt(self.cfg.d_model) + self.positions[:L])  # (B, L, D)
 
+    def output_ids(self, ids: Tensor) -> Tensor:
+        """As Seq2Seq.output_ids: its output layer scores every piece, at the piece's own id."""
+        return ids
+
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> Tensor:
         """mt's convention in (masks True = real token), torch's inside (True = masked) -> (B, T, V)."""
         T = tgt_in.size(1)

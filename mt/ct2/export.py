@@ -46,6 +46,7 @@ MODEL_FIELDS = {
     "norm": "pre_norm, and the stacks' final norms",
     "tie_embeddings": "each matrix written (CTranslate2 stores equal arrays once)",
     "max_positions": "the position table's rows",
+    "output_pieces": "target: the target vocabulary, decoder embeddings and projection: those pieces' rows",
 }
 
 
@@ -81,12 +82,16 @@ def model_spec(model: Seq2Seq, tokenizer: Tokenizer):
     cfg = model.cfg
     spec = TransformerSpec.from_config(cfg.depth, cfg.n_heads, pre_norm=cfg.norm == "pre")
     spec.config.layer_norm_epsilon = model.encoder[0].res_attn.norm.eps
-    for side, embed in ((spec.encoder, model.src_embed), (spec.decoder, model.tgt_embed)):
+    rows = slice(None) if model.output is None else model.output.ids  # the target side's pieces
+    for side, embed, kept in (
+        (spec.encoder, model.src_embed, slice(None)),
+        (spec.decoder, model.tgt_embed, rows),
+    ):
         embeddings = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
-        embeddings.weight = _array(embed.weight)
+        embeddings.weight = _array(embed.weight[kept])
         side.scale_embeddings = True  # by sqrt(D), as mt does
         side.position_encodings.encodings = _array(model.positions)  # (P, D): position 0 first
-    spec.decoder.projection.weight = _array(model.out_proj.weight)
+    spec.decoder.projection.weight = _array(model.out_proj.weight[rows])
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder):
         _attention(layer_spec.self_attention, layer.self_attn, layer.res_attn.norm, self_attention=True)
         _ffn(layer_spec.ffn, layer.ffn, layer.res_ffn.norm)
@@ -99,7 +104,8 @@ def model_spec(model: Seq2Seq, tokenizer: Tokenizer):
         _norm(spec.decoder.layer_norm, model.dec_norm)
     pieces = vocabulary(tokenizer)
     spec.register_source_vocabulary(pieces)
-    spec.register_target_vocabulary(pieces)
+    # the decoder reads and writes only its target pieces; the engine maps them back by name
+    spec.register_target_vocabulary(pieces if model.output is None else [pieces[i] for i in rows.tolist()])
     spec.config.add_source_eos = True
     spec.config.decoder_start_token = pieces[BOS]
     return spec

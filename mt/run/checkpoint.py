@@ -256,7 +256,7 @@ def stored_config(ckpt: dict, path: Path, overrides: list[str] = (), decode: dic
 
 def build_model(ckpt: dict, cfg: RunConfig, path: str | Path) -> Seq2Seq:
     """The checkpoint's weights in a model built from `cfg`; a mismatch is a one-line ConfigError."""
-    model = Seq2Seq(cfg.model, ckpt["vocab_size"])
+    model = Seq2Seq(cfg.model, ckpt["vocab_size"], ckpt["model"].get("output.ids"))
     expected, found = model.state_dict(), ckpt["model"]
     missing = [k for k in expected if k not in found]
     extra = [k for k in found if k not in expected]

@@ -1,0 +1,121 @@
+"""mt/output_pieces.py: model.output_pieces: target. The output layer, softmax and loss over the pieces of
+the training targets give what the whole layer gives restricted to them; search, scoring and
+CTranslate2 work in piece ids as before; a run keeps its pieces through checkpoints."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import ROOT, TEXT_MODEL
+
+from mt.batching import make_batch
+from mt.config import load_config
+from mt.decode_config import DecodeConfig
+from mt.errors import ConfigError
+from mt.loss import batch_loss
+from mt.model import Seq2Seq
+from mt.output_pieces import target_pieces
+from mt.score import score_pairs
+from mt.tokenizer import EOS, PAD
+from mt.train import train
+from mt.translate import search_lines
+from mt.translator import Translator
+
+SOURCES = ["ein Hund läuft im Park .", "zwei Männer", "eine Frau sitzt auf einer Bank ."]
+TARGETS = ["a dog runs in the park .", "two men", "a woman sits on a bench ."]
+
+
+def test_the_pieces_are_the_targets_and_the_specials_sorted():
+    views = [torch.tensor([9, 5, 7, 5], dtype=torch.int32), torch.tensor([11], dtype=torch.int32)]
+    assert target_pieces(views, 12).tolist() == [0, 1, 2, 3, 5, 7, 9, 11]
+
+
+def twins(tokenizer) -> tuple[Seq2Seq, Seq2Seq, torch.Tensor]:
+    """A random model over all pieces and the same weights with an output layer over the targets'."""
+    torch.manual_seed(0)
+    full = Seq2Seq(TEXT_MODEL, tokenizer.vocab_size).eval()
+    ids = target_pieces([torch.tensor(sum(tokenizer.encode(TARGETS), []))], tokenizer.vocab_size)
+    part = Seq2Seq(dataclasses.replace(TEXT_MODEL, output_pieces="target"), tokenizer.vocab_size, ids).eval()
+    part.load_state_dict(full.state_dict() | {"output.ids": ids})
+    return full, part, ids
+
+
+def test_the_layer_scores_its_pieces_as_the_whole_layer_does(tokenizer):
+    full, part, ids = twins(tokenizer)
+    batch = make_batch(tokenizer.encode(SOURCES), tokenizer.encode(TARGETS))
+    with torch.no_grad():
+        everything = full(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)  # (B, T, V)
+        mine = part(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)  # (B, T, V')
+    assert mine.shape[-1] == len(ids) == part.output_size < tokenizer.vocab_size
+    assert torch.allclose(mine, everything[..., ids], atol=1e-6)
+    lprobs = torch.log_softmax(part.to_pieces(mine), -1)  # (B, T, V): by piece id
+    assert torch.allclose(lprobs[..., ids], torch.log_softmax(everything[..., ids], -1), atol=1e-5)
+    outside = torch.ones(tokenizer.vocab_size, dtype=torch.bool).index_fill_(0, ids, False)
+    assert lprobs[..., outside].exp().max() == 0.0
+
+
+def test_scoring_gives_a_piece_the_layer_lacks_minus_infinity(tokenizer):
+    full, part, ids = twins(tokenizer)
+    src, tgt = tokenizer.encode(SOURCES[:1]), tokenizer.encode(TARGETS[:1])
+    batch = make_batch(src, tgt)
+    with torch.no_grad():
+        everything = full(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)[0, :, ids]  # (T, V')
+    position = {piece: i for i, piece in enumerate(ids.tolist())}
+    by_hand = torch.log_softmax(everything, -1)[range(len(tgt[0]) + 1), [position[t] for t in tgt[0] + [EOS]]]
+    (inside,) = score_pairs(part, src, tgt, DecodeConfig())
+    assert inside.token_logprobs == pytest.approx(by_hand.tolist(), abs=1e-5)
+    outside = next(i for i in range(4, tokenizer.vocab_size) if i not in position)
+    (lacking,) = score_pairs(part, src, [tgt[0][:1] + [outside]], DecodeConfig())
+    assert lacking.token_logprobs[1] == float("-inf") and lacking.logprob == float("-inf")
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_the_loss_is_cross_entropy_over_the_target_pieces(tokenizer, epsilon):
+    full, part, ids = twins(tokenizer)
+    batch = make_batch(tokenizer.encode(SOURCES), tokenizer.encode(TARGETS))
+    loss, nll = batch_loss(part, batch, epsilon)
+    logits = full(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)[..., ids].flatten(0, 1)
+    position = {piece: i for i, piece in enumerate(ids.tolist())}
+    target = torch.tensor([position[t] for t in batch.tgt_out.flatten().tolist()])  # PAD stays 0
+    by_hand = F.cross_entropy(logits, target, ignore_index=PAD, reduction="sum", label_smoothing=epsilon)
+    assert loss.item() == pytest.approx(by_hand.item(), rel=1e-5)
+    assert nll.item() == pytest.approx(
+        F.cross_entropy(logits, target, ignore_index=PAD, reduction="sum").item(), rel=1e-5
+    )
+    assert part.output_ids(torch.tensor([PAD, EOS])).tolist() == [PAD, EOS]  # the specials keep their ids
+
+
+@pytest.mark.slow
+def test_a_target_layer_run_trains_translates_resumes_and_exports(tiny, tmp_path):
+    run = tmp_path / "run"
+    overrides = tiny + ["train.max_steps=30", "train.lr=5e-3", "model.output_pieces=target"]
+    train(load_config(ROOT / "configs/toy.yaml", overrides), run)
+    ckpt = torch.load(run / "best.pt", weights_only=False)
+    ids = ckpt["model"]["output.ids"]
+    assert 4 < len(ids) < ckpt["vocab_size"] and ids[:4].tolist() == [0, 1, 2, 3]
+    translator = Translator.from_run(run, device="cpu")
+    lines = ["Der Hund sieht die Katze .", "Ein Mann läuft ."]
+    found = search_lines(translator.model, translator.tokenizer, lines, DecodeConfig(beam=3, n_best=3))
+    assert {t for hyps in found for h in hyps for t in h.tokens} <= set(ids.tolist())
+    assert translator.translate(lines, beam=1) == translator.translate(lines)  # greedy: beam 1
+    tok = translator.tokenizer
+    outside = next(
+        i
+        for i in range(tok.vocab_size)
+        if i not in ids.tolist() and tok.encode([tok.sp.decode([i])]) == [[i]]
+    )
+    with pytest.raises(
+        ConfigError, match=f"^prefix of line 2: the piece {tok.sp.id_to_piece(outside)!r} is not"
+    ):
+        translator.translate(lines, prefixes=["", tok.sp.decode([outside])], beam=3)
+    train(load_config(ROOT / "configs/toy.yaml", overrides + ["train.max_steps=34"]), run)  # resumed
+    assert torch.equal(torch.load(run / "last.pt", weights_only=False)["model"]["output.ids"], ids)  # kept
+    pytest.importorskip("ctranslate2")
+    from mt.cli import main
+
+    assert main(["export", "--run", str(run)]) == 0
+    ct2 = Translator.from_run(run, device="cpu", engine="ctranslate2")
+    assert ct2.translate(lines, beam=1) == Translator.from_run(run, device="cpu").translate(lines, beam=1)
+    assert json.loads((run / "ct2" / "mt_export.json").read_text())["checkpoint"] == "best.pt"
