@@ -55,14 +55,24 @@ class OutputPieces(nn.Module):
         return full.index_copy_(-1, self.ids, logits)  # (..., V)
 
     def rows(self, weight: Tensor) -> Tensor:
-        """The projection's rows (V', D) of `weight` (V, D). Without autograd (a search) the slice is
-        kept while the weight stays the same tensor at the same version: sliced once, not every step."""
-        if torch.is_grad_enabled():
+        """The projection's rows (V', D) of `weight` (V, D). In eval mode without autograd (a search)
+        the slice is kept, so a search slices once, not every step. A weight's version does not tell
+        an update (fused Adam writes without bumping it), so the slice is dropped whenever the module
+        goes back to training or loads weights, and kept only for the same tensor, type and device."""
+        if self.training or torch.is_grad_enabled():
             return weight[self.ids]
-        key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
+        key = (weight.data_ptr(), weight.dtype, weight.device)
         if self._rows[0] != key:
             self._rows = (key, weight[self.ids])
         return self._rows[1]
+
+    def train(self, mode: bool = True) -> OutputPieces:
+        self._rows = (None, None)  # training changes the weights: a later search slices them anew
+        return super().train(mode)
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        self._rows = (None, None)  # the model is loading other weights
+        super()._load_from_state_dict(*args, **kwargs)
 
 
 def unwritable(output: OutputPieces, lines: list[list[int]]) -> tuple[int, int] | None:

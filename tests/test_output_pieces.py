@@ -56,6 +56,31 @@ def test_the_layer_scores_its_pieces_as_the_whole_layer_does(tokenizer):
     assert lprobs[..., outside].exp().max() == 0.0
 
 
+def test_a_search_after_an_update_uses_the_updated_output_rows(tokenizer):
+    """The rows a search keeps are dropped when training resumes: fused Adam updates the weights without
+    bumping their version, so a validation after an update must not reuse the last one's rows."""
+    _, part, ids = twins(tokenizer)
+    batch = make_batch(tokenizer.encode(SOURCES), tokenizer.encode(TARGETS))
+
+    def validated() -> torch.Tensor:  # as validation runs: eval mode, no autograd, then training again
+        part.eval()
+        with torch.no_grad():
+            logits = part(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
+        part.train()
+        return logits
+
+    before = validated()
+    optimizer = torch.optim.Adam(part.parameters(), lr=1e-2, fused=True)
+    batch_loss(part, batch, 0.1)[0].backward()
+    optimizer.step()
+    fresh = Seq2Seq(part.cfg, tokenizer.vocab_size, ids).eval()
+    fresh.load_state_dict(part.state_dict())
+    with torch.no_grad():
+        want = fresh(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
+    after = validated()
+    assert not torch.allclose(before, after) and torch.equal(after, want)
+
+
 def test_scoring_gives_a_piece_the_layer_lacks_minus_infinity(tokenizer):
     full, part, ids = twins(tokenizer)
     src, tgt = tokenizer.encode(SOURCES[:1]), tokenizer.encode(TARGETS[:1])
