@@ -109,7 +109,8 @@ class TrainConfig:
     max_steps: int = within(100_000, 1, resumable=True)
     max_minutes: float = within(0.0, 0.0, resumable=True)  # wall-clock budget for the loop; 0 = none
     label_smoothing: float = within(0.1, 0.0, 0.99)
-    precision: str = choice("fp32", "fp32", "tf32", "bf16", "fp16")  # tf32: fp32 with TF32 matmuls (CUDA)
+    # tf32: fp32 with TF32 matmuls (CUDA); auto: bf16 where the device has it natively, else fp32
+    precision: str = choice("fp32", "fp32", "tf32", "bf16", "fp16", "auto")
     device: str = choice("auto", "auto", "cpu", "cuda", resumable=True)
     # under torchrun; auto: nccl on GPUs, else gloo
     dist_backend: str = choice("auto", "auto", "nccl", "gloo", resumable=True)

@@ -65,7 +65,8 @@ def resolve_device(name: str) -> torch.device:
 
 def native_precisions(device: torch.device) -> list[str]:
     """The train.precision values this device runs at full speed: on a CPU, bf16 needs AVX512-BF16 or
-    AMX (elsewhere oneDNN falls back to a path ~10x slower than fp32); fp16 and tf32 are CUDA's."""
+    AMX (elsewhere oneDNN falls back to a path ~10x slower than fp32), as torch's CPU feature checks
+    (cpuinfo's reading of CPUID) report them; fp16 and tf32 are CUDA's."""
     if device.type == "cuda":
         return (
             ["fp32", "tf32", "bf16", "fp16"] if torch.cuda.is_bf16_supported() else ["fp32", "tf32", "fp16"]
@@ -77,8 +78,17 @@ def native_precisions(device: torch.device) -> list[str]:
     return ["fp32", "bf16"] if native_bf16 else ["fp32"]
 
 
+def ran_precision(device: torch.device, precision: str) -> str:
+    """train.precision as it runs on `device`: auto is bf16 where the device has it natively (measured
+    faster on the default: 1.11-1.15x on a Zen 4's AVX512-BF16, docs/cpu-speed.md), else fp32."""
+    if precision != "auto":
+        return precision
+    return "bf16" if "bf16" in native_precisions(device) else "fp32"
+
+
 def autocast(device: torch.device, precision: str):
     """The forward pass's autocast context for train.precision (fp32 and tf32: none)."""
+    precision = ran_precision(device, precision)
     if precision in ("fp32", "tf32"):
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
@@ -89,6 +99,7 @@ def set_precision(device: torch.device, precision: str) -> None:
     """TF32 matmuls and convolutions on CUDA only when asked for (fp32 means fp32), and attention without
     cuDNN's kernels; a precision this device only emulates is said once. torch >= 2.9 sets TF32 through
     fp32_precision, older torch through allow_tf32: the two must not be mixed."""
+    precision = ran_precision(device, precision)
     if precision not in native_precisions(device):
         log.warning(
             "train.precision %s is not native on this %s (native: %s): it runs far slower than fp32",

@@ -198,7 +198,7 @@ def log_start(s: Session, resumed: bool, parent: Parent | None) -> None:
         "model: %d parameters; device %s; precision %s; threads %d; processes %d",
         count_parameters(s.model),
         s.device,
-        s.cfg.train.precision,
+        distributed.ran_precision(s.device, s.cfg.train.precision),
         torch.get_num_threads(),
         s.ranks.world,
     )
@@ -293,7 +293,7 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
             s.run_dir,
             config=config_section(s.cfg),
             parameters=count_parameters(s.model),
-            precision=s.cfg.train.precision,
+            precision=distributed.ran_precision(s.device, s.cfg.train.precision),
             code=code_version(),
             hardware=hardware(s.device, s.ranks.world),
             training=training_record(s.cfg.train, p, interrupted or stop),

@@ -30,7 +30,7 @@ class Engine(Protocol):
     for all of a call's batches at once, and keeps the model's `cfg`, `training`, `eval` and `train`."""
 
     def search_groups(
-        self, batches: list[tuple[list[list[int]], list[list[int]]]], cfg: DecodeConfig
+        self, batches: list[tuple[list[list[int]], list[list[int]]]], cfg: DecodeConfig, scores: bool = True
     ) -> list[list[list[Hypothesis]]]: ...
 
 
@@ -81,6 +81,7 @@ def search_lines(
     max_source_pieces: int | None = None,
     prefixes: list[str] | None = None,
     draw: int = 0,
+    scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """Decode raw lines with greedy (cfg.beam == 1) or beam search: cfg.n_best hypotheses per line,
     on the device the model is on.
@@ -90,7 +91,8 @@ def search_lines(
     longer than `max_source_pieces` (and the model's positions) is translated in parts, with a
     warning; its parts' 1-best translations are joined into its one hypothesis. `prefixes` (one per
     line, "" for none): each line's translation starts with that text's pieces (its first part's).
-    Sampling with cfg.n_best N draws N translations of each line (`_draws`).
+    Sampling with cfg.n_best N draws N translations of each line (`_draws`). `scores=False`: only the
+    text is used, so an engine may leave the scores out (NaN; CTranslate2's greedy search).
     """
     if cfg.sample and cfg.n_best > 1:
         return _draws(model, tokenizer, lines, cfg, use_cache, max_source_pieces, prefixes)
@@ -110,11 +112,17 @@ def search_lines(
     batches = [
         ([parts[g] for g in gr], [part_prefix[g] for g in gr], [seeds[g] for g in gr]) for gr in groups
     ]
-    for group, hyps in zip(groups, _search_groups(model, batches, cfg, use_cache)):
+    for group, hyps in zip(groups, _search_groups(model, batches, cfg, use_cache, scores)):
         for g, h in zip(group, hyps):
             found[g] = h
     model.train(was_training)
-    by_line: list[list[list[Hypothesis]]] = [[] for _ in lines]
+    return _by_line(found, owner, len(lines))
+
+
+def _by_line(found: list[list[Hypothesis]], owner: list[int], lines: int) -> list[list[Hypothesis]]:
+    """Each line's hypotheses from its parts' (`owner`: each part's line): a line of parts gets its
+    parts' 1-best joined, an empty line one empty hypothesis."""
+    by_line: list[list[list[Hypothesis]]] = [[] for _ in range(lines)]
     for i, hyps in zip(owner, found):
         by_line[i].append(hyps)
     return [
@@ -143,11 +151,12 @@ def _search_groups(
     batches: list[tuple[list[list[int]], list[list[int]], list[int]]],
     cfg: DecodeConfig,
     use_cache: bool,
+    scores: bool,
 ) -> Iterator[list[list[Hypothesis]]]:
     """Batches of (sources, forced target prefixes, sampling seeds), piece ids, searched by either
     engine; CTranslate2 gets them all at once."""
     if hasattr(model, "search_groups"):  # an Engine
-        yield from model.search_groups([(parts, prefixes) for parts, prefixes, _ in batches], cfg)
+        yield from model.search_groups([(parts, prefixes) for parts, prefixes, _ in batches], cfg, scores)
         return
     device = weights_device(model)
     for parts, prefixes, seeds in batches:
@@ -179,7 +188,9 @@ def translate_lines(
     prefixes: list[str] | None = None,
 ) -> list[str]:
     """Translate raw lines; returns exactly len(lines) lines (the 1-best) in input order."""
-    found = search_lines(model, tokenizer, lines, cfg, max_source_pieces=max_source_pieces, prefixes=prefixes)
+    found = search_lines(
+        model, tokenizer, lines, cfg, max_source_pieces=max_source_pieces, prefixes=prefixes, scores=False
+    )
     return as_written(tokenizer.decode([hyps[0].tokens for hyps in found]), prefixes, tokenizer)
 
 

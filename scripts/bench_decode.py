@@ -7,7 +7,9 @@ Prints one JSON line: sentences, beam, seconds, sentences_per_s, tokens_per_s (o
 included, per second), BLEU, and the same timing for decoding that re-runs the decoder over the whole
 prefix at every step (uncached_seconds, speedup_vs_uncached). Tokenization and batching are inside
 the timed part, model loading is not. The decoding flags are `mt translate`'s, but that --beam is 1,
---engine torch and --compute-type default unless given (not the run's decode section).
+--engine torch and --compute-type default unless given (not the run's decode section). The search
+asks for text only, as `mt translate` does for the 1-best (CTranslate2's greedy then computes no
+scores); --with-scores asks for the scores too, as an n-best list or the HTTP API does.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def main() -> None:
     parser.add_argument("--run", required=True)
     parser.add_argument("--split", default="test", choices=["test", "val"])
     parser.add_argument("--skip-uncached", action="store_true")
+    parser.add_argument("--with-scores", action="store_true", help="ask the engine for scores too")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument(
         "--ct2-threads", help="ctranslate2's layout TRANSLATORSxTHREADS, e.g. 1x2 (default: 2x1)"
@@ -48,7 +51,9 @@ def main() -> None:
     src, ref = split_of(translator, args.split)
 
     def search(lines: list[str], use_cache: bool = True) -> list:
-        return search_lines(model, tokenizer, lines, decode, use_cache=use_cache)  # where it is: on device
+        return search_lines(  # where the model is: on its device
+            model, tokenizer, lines, decode, use_cache=use_cache, scores=args.with_scores
+        )
 
     timed(lambda: search(src[:50]), device)  # warm up allocator and kernels
     seconds, found = timed(lambda: search(src), device)
@@ -61,6 +66,7 @@ def main() -> None:
         "engine": decode.engine,
         "compute_type": decode.compute_type,
         "batch_tokens": decode.batch_tokens,
+        "with_scores": args.with_scores,
         "device": str(device),
         "threads": torch_threads if decode.engine == "torch" else "x".join(map(str, model.threads)),
         "seconds": round(seconds, 3),

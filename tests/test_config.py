@@ -83,7 +83,9 @@ def test_bool_is_not_int(tmp_path):
 
 
 def test_bad_choice_lists_valid_ones(tmp_path):
-    with pytest.raises(ConfigError, match="train.precision: 'fp8' is not one of fp32, tf32, bf16, fp16"):
+    with pytest.raises(
+        ConfigError, match="train.precision: 'fp8' is not one of fp32, tf32, bf16, fp16, auto"
+    ):
         load_config(write(tmp_path, "train:\n  precision: fp8\n"))
 
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 import shutil
 import sys
 
@@ -112,6 +113,22 @@ def test_forced_prefixes_decode_as_mts(trained_model, tokenizer, trained_export,
         loaded(trained_export, trained_model, tokenizer), tokenizer, lines, cfg, prefixes=prefixes
     )
     assert agreeing(mine, theirs) >= 59  # 60 of 60 here; scores with the prefix's own (ct2._collect)
+
+
+@needs_ct2
+@pytest.mark.slow
+def test_text_only_greedy_asks_for_no_scores_and_finds_the_same_text(
+    trained_model, tokenizer, trained_export, toy
+):
+    engine = loaded(trained_export, trained_model, tokenizer)
+    lines, prefixes = toy["test"][0][:60], ["the", "", "a big"] * 20
+    scored = search_lines(engine, tokenizer, lines, DecodeConfig(), prefixes=prefixes)
+    text = search_lines(engine, tokenizer, lines, DecodeConfig(), prefixes=prefixes, scores=False)
+    assert [h[0].tokens for h in text] == [h[0].tokens for h in scored]
+    assert all(math.isnan(h[0].logprob) and math.isnan(h[0].score) for h in text)
+    assert not any(math.isnan(h[0].logprob) for h in scored)
+    beam = search_lines(engine, tokenizer, lines, DecodeConfig(beam=5), scores=False)  # mt ranks a beam
+    assert beam == search_lines(engine, tokenizer, lines, DecodeConfig(beam=5))
 
 
 @needs_ct2

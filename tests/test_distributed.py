@@ -161,6 +161,18 @@ def test_bf16_on_a_cpu_without_it_is_said_once(monkeypatch, caplog):
     assert distributed.native_precisions(cpu) == ["fp32", "bf16"]
 
 
+@pytest.mark.parametrize("amx", [False, True])
+def test_auto_precision_is_bf16_where_the_cpu_has_it_natively(monkeypatch, amx):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    cpu = torch.device("cpu")
+    assert distributed.ran_precision(cpu, "auto") == ("bf16" if amx else "fp32")
+    assert [distributed.ran_precision(cpu, p) for p in ("fp32", "bf16")] == ["fp32", "bf16"]
+    with distributed.autocast(cpu, "auto"):
+        assert torch.is_autocast_enabled("cpu") == amx
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == (torch.bfloat16 if amx else torch.float32)
+
+
 def tf32_switches() -> tuple:
     """(matmul, convolution) TF32 settings through the one API this torch has: fp32_precision ("tf32"
     or "ieee") from 2.9, allow_tf32 (True or False) before."""

@@ -347,3 +347,14 @@ def test_bpe_dropout_trains_on_its_views_and_validates_on_plain_pieces(tmp_path,
     assert [b.src.tolist() for b in used.batches] == [
         b.src.tolist() for b in real_validation(args[0], args[1], Tokenizer(args[2].proto), args[3]).batches
     ]
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_precision_auto_is_saved_as_asked_and_carded_as_it_ran(tiny_config, tmp_path, monkeypatch, native):
+    """config.yaml keeps `auto` (a resume on another CPU decides again); the card says what ran."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    run = tmp_path / "run"
+    train(tiny_config("train.max_steps=2", "train.precision=auto"), run)
+    assert json.loads((run / "card.json").read_text())["precision"] == ("bf16" if native else "fp32")
+    assert "  precision: auto\n" in (run / "config.yaml").read_text()

@@ -6,10 +6,13 @@ logprob / ((5 + length) / 6)^alpha, eos counted, so 1-best and n-best lists are 
 searches take eos only from the K best of 2K candidates and stop a sentence at K finished, so they
 agree hypothesis for hypothesis; they can still differ by float rounding (int8 most) and where a
 batch's length limit (CTranslate2 takes one per batch) is longer than a line's own (cut and rescored).
+Greedy search asked for text only (`scores=False`: translate_lines, so evaluate, tune and validation)
+asks CTranslate2 for no scores: its hypotheses' score and logprob are NaN.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -93,12 +96,14 @@ class Ct2Model:
         return self
 
     def search_groups(
-        self, batches: list[tuple[list[list[int]], list[list[int]]]], cfg: DecodeConfig
+        self, batches: list[tuple[list[list[int]], list[list[int]]]], cfg: DecodeConfig, scores: bool = True
     ) -> list[list[list[Hypothesis]]]:
         """`search` of each batch of (sources, forced prefixes), all submitted at once: translators
-        decode them side by side."""
+        decode them side by side. A beam always asks for scores (mt ranks its hypotheses); greedy only
+        where `scores` (without them CTranslate2 takes the argmax without a softmax)."""
         unmapped(cfg, DECODE_FIELDS, "decode")
-        pending = [self._submit(parts, prefixes, cfg) for parts, prefixes in batches]
+        scored = scores or cfg.beam > 1
+        pending = [self._submit(parts, prefixes, cfg, scored) for parts, prefixes in batches]
         return [self._collect(*submitted, cfg) for submitted in pending]
 
     def search(
@@ -110,7 +115,9 @@ class Ct2Model:
         is cut there, as mt's search stops it, and its cut pieces are scored again."""
         return self.search_groups([(parts, prefixes or [[] for _ in parts])], cfg)[0]
 
-    def _submit(self, parts: list[list[int]], prefixes: list[list[int]], cfg: DecodeConfig) -> tuple:
+    def _submit(
+        self, parts: list[list[int]], prefixes: list[list[int]], cfg: DecodeConfig, scored: bool
+    ) -> tuple:
         cap = self.cfg.max_positions - 1
         limits = [  # mt's: a * S + b, or room for the prefix and b more (decode.prefix_limits)
             min(max(int(cfg.max_len_a * (len(ids) + 1) + cfg.max_len_b), len(p) + cfg.max_len_b), cap)
@@ -125,22 +132,36 @@ class Ct2Model:
             beam_size=cfg.beam,
             num_hypotheses=cfg.beam,  # every finished hypothesis, to rank by mt's penalty
             length_penalty=RAW_SCORES,
-            return_scores=True,
+            return_scores=scored,
             return_end_token=True,
             max_input_length=0,
             min_decoding_length=0,
             max_decoding_length=max(limits),
             no_repeat_ngram_size=cfg.no_repeat_ngram,
         )
-        return sources, forced, limits, pending
+        return sources, forced, limits, pending, scored
 
     def _collect(
-        self, sources: list, forced: list | None, limits: list[int], pending: list, cfg: DecodeConfig
+        self,
+        sources: list,
+        forced: list | None,
+        limits: list[int],
+        pending: list,
+        scored: bool,
+        cfg: DecodeConfig,
     ) -> list[list[Hypothesis]]:
+        results = [p.result() for p in pending]
         found = [
-            [self._cut(tokens, logprob, limit) for tokens, logprob in zip(r.hypotheses, r.scores)]
-            for r, limit in zip((p.result() for p in pending), limits)
+            [
+                self._cut(tokens, logprob, limit)
+                for tokens, logprob in zip(
+                    r.hypotheses, r.scores if scored else [math.nan] * len(r.hypotheses)
+                )
+            ]
+            for r, limit in zip(results, limits)
         ]
+        if not scored:  # text only: nothing to rescore
+            return [self._ranked([(ids, ended, math.nan) for ids, ended, _ in hyps], cfg) for hyps in found]
         led = [i for i, prefix in enumerate(forced or []) if prefix]
         if led:  # CTranslate2 scores what follows a forced prefix: add the prefix's own log-probability
             for i, r in zip(
