@@ -47,15 +47,22 @@ serve: install
 report: install
 	$(BIN)/mt report $(RUNS) --out $(REPORT) $(if $(SETTING),--setting $(SETTING))
 
-# make compare CONFIGS="configs/a.yaml configs/b.yaml": train (or resume) each, evaluate, report
+# make compare CONFIGS="configs/a.yaml configs/b.yaml": train (or resume) each, evaluate, report.
+# SEEDS=3: each config trained with train.seed 1, 2, 3 into runs/NAME-seed1..3 (the tokenizer and the
+# binarized corpus are the same files where the seed does not change them); the report tests the groups
+SEEDS ?=
+SEED_LIST := $(if $(SEEDS),$(shell seq 1 $(SEEDS)))
+RUNS_OF = $(foreach c,$(CONFIGS),$(if $(SEED_LIST),$(foreach n,$(SEED_LIST),runs/$(basename $(notdir $(c)))-seed$(n)),runs/$(basename $(notdir $(c)))))
 compare: install
-	@test -n "$(CONFIGS)" || { echo 'usage: make compare CONFIGS="configs/a.yaml configs/b.yaml"' >&2; exit 2; }
+	@test -n "$(CONFIGS)" || { echo 'usage: make compare CONFIGS="configs/a.yaml configs/b.yaml" [SEEDS=3]' >&2; exit 2; }
 	@for c in $(CONFIGS); do \
-	  run=runs/$$(basename $$c .yaml); \
-	  $(TRAIN) $$c --run-dir $$run $(foreach s,$(SET),--set $(s)) && \
-	  $(BIN)/mt evaluate --run $$run --split test || exit $$?; \
+	  for seed in $(or $(SEED_LIST),-); do \
+	    run=runs/$$(basename $$c .yaml)$$(test $$seed = - || echo -seed$$seed); \
+	    $(TRAIN) $$c --run-dir $$run $(foreach s,$(SET),--set $(s)) $$(test $$seed = - || echo --set train.seed=$$seed) && \
+	    $(BIN)/mt evaluate --run $$run --split test || exit $$?; \
+	  done; \
 	done
-	$(BIN)/mt report $(foreach c,$(CONFIGS),runs/$(basename $(notdir $(c)))) --out $(REPORT) $(if $(SETTING),--setting $(SETTING))
+	$(BIN)/mt report $(RUNS_OF) --out $(REPORT) $(if $(SETTING),--setting $(SETTING))
 
 test: install
 	$(BIN)/python -m pytest -q -rs

@@ -1,9 +1,11 @@
 """`mt report`'s learning curves: training NLL and validation BLEU against steps and wall time, a line
-per run (`runs`: mt.report's rows, each with a path, a label and its metrics.jsonl records). Drawn with
+per run (`runs`: mt.report's rows, each with a path, a label and its metrics.jsonl records), or per
+group of seeds (mt.groups) its mean with a band from its lowest to its highest run. Drawn with
 matplotlib, the optional `plot` extra, imported only when a report is written."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from mt.files import write_figure
@@ -26,18 +28,41 @@ def curve_points(runs: list) -> list[tuple[str, dict[tuple[int, int], tuple[list
     return points
 
 
-def plot_curves(runs: list, path: Path):
-    """Training NLL and val BLEU against steps and against wall time, all runs on each panel. The NLL,
-    not the label-smoothed loss, so that runs with different smoothing share a scale."""
+def band_points(label: str, runs: list) -> tuple[str, dict[tuple[int, int], tuple[list, list, list, list]]]:
+    """A group's curves: each panel's (x, mean y, lowest y, highest y) over its runs, point by point up to
+    the shortest run's last (x: the runs' mean, steps alike for seeds of one config)."""
+    panels = {}
+    for key in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        curves = [run_panels[key] for _, run_panels in curve_points(runs)]
+        n = min(len(xs) for xs, _ in curves)
+        columns = [list(zip(*(c[axis][:n] for c in curves))) for axis in (0, 1)]  # per point: every run's
+        panels[key] = (
+            [statistics.fmean(x) for x in columns[0]],
+            [statistics.fmean(y) for y in columns[1]],
+            [min(y) for y in columns[1]],
+            [max(y) for y in columns[1]],
+        )
+    return f"{label} (mean of {len(runs)} seeds)", panels
+
+
+def plot_curves(runs: list, path: Path, groups: list[tuple[str, list]] = ()):
+    """Training NLL and val BLEU against steps and against wall time, all runs on each panel; the runs
+    of each (label, runs) in `groups` as their mean and band. The NLL, not the label-smoothed loss, so
+    that runs with different smoothing share a scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    for label, panels in curve_points(runs):
+    grouped = {id(run) for _, members in groups for run in members}
+    for label, panels in curve_points([run for run in runs if id(run) not in grouped]):
         for (row, col), (xs, ys) in panels.items():
             axes[row][col].plot(xs, ys, label=label, marker="o" if row == 1 else None)
+    for label, panels in (band_points(*group) for group in groups):
+        for (row, col), (xs, mean, low, high) in panels.items():
+            line = axes[row][col].plot(xs, mean, label=label, marker="o" if row == 1 else None)[0]
+            axes[row][col].fill_between(xs, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     for col, xlabel in enumerate(("step", "wall clock (minutes)")):
         axes[0][col].set(xlabel=xlabel, ylabel="training NLL (unsmoothed)")
         axes[1][col].set(xlabel=xlabel, ylabel="validation BLEU (beam train.valid_beam)")

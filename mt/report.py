@@ -25,12 +25,12 @@ from mt.curves import plot_curves
 from mt.decode_config import evaluation_name
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_text
+from mt.groups import P_THRESHOLD, groups_section, label_of, seed_groups
 from mt.metrics import HEADLINE, METRICS, Metric, improves, signature_tokenizer
 from mt.run.card import read_card
 from mt.run.folder import read_metrics
 from mt.run.provenance import differing_keys
 
-P_THRESHOLD = 0.05
 BOOTSTRAP_SAMPLES = 1000
 
 
@@ -237,6 +237,15 @@ def render(runs: list[Run], plots: str) -> str:
             ]
     out += _table(runs, tests, best)
     out += ["", "## Verdict", ""] + _verdicts(runs[0], comparable[1:], tests)
+    groups = seed_groups(comparable)
+    if any(len(group) > 1 for group in groups):
+        out += ["", *groups_section(groups, HEADLINE, signature_tokenizer(base["bleu_signature"]))]
+    else:
+        out += [
+            "",
+            "Each row is one run, one seed: its p counts the test sentences' sampling, not training's "
+            "randomness; `make compare CONFIGS=... SEEDS=3` trains seeds and tests groups of them.",
+        ]
     out += ["", "## Runs", ""] + [_run_line(run) for run in runs]
     out += [
         "",
@@ -353,7 +362,7 @@ def write_report(paths: list[str | Path], out: str | Path, setting: str = "") ->
     out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_name(out.stem + "-curves.png")
     try:
-        plot_curves(runs, png)
+        plot_curves(runs, png, [(label_of(g), g) for g in seed_groups(runs) if len(g) > 1])
         plots = f"![training NLL and validation BLEU]({png.name})"
     except ImportError:
         plots = "Plots skipped: matplotlib is not installed (`pip install -e '.[plot]'`)."

@@ -53,7 +53,7 @@ LAYERS = {
         "run.parent",
     ],
     "Training": ["step", "session", "train"],
-    "Using a run": ["translator", "distill", "tune", "evaluate", "curves", "report"],
+    "Using a run": ["translator", "distill", "tune", "evaluate", "curves", "groups", "report"],
     "Serving": ["serving.limits", "serving.worker", "serving.requests", "serving.app"],
     "The command line": ["arguments", "cli"],
 }

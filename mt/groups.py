@@ -1,0 +1,213 @@
+"""Runs that differ only in `train.seed`, as groups, and a test between two groups that counts both
+sources of noise: training's randomness (the spread across seeds) and the test sentences' sampling.
+
+Clark et al. (2011, "Better hypothesis testing for statistical machine translation: controlling for
+optimizer instability") report a system as the mean over replicas with two spreads beside it: across
+replicas (s_dev) and across resamples of the test set (s_sel). `between_groups` tests the difference of
+two groups' means, D = mean(B) - mean(A), with Welch's t on
+
+    Var(D) = s_A^2 / m + s_B^2 / n + V_sel
+
+where s^2 is the variance of a group's m (n) seeds' scores on this test set and V_sel the variance of D
+over bootstrap resamples of the test sentences (one resample for every run: paired), with
+Welch-Satterthwaite's degrees of freedom (V_sel taken as known). The two variances overlap (a seed's
+sentence-level noise is in both), so the test errs on the safe side; its false-positive rate on groups
+of one config is measured by scripts/seed_calibration.py. A group of one seed borrows the other
+group's seed variance; two groups of one seed each have none, and the test then counts the test
+sentences only, as a paired bootstrap of two runs does.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+SEED_KEY = "train.seed"
+P_THRESHOLD = 0.05
+RESAMPLES = 1000
+
+
+def grouped(items: list, key) -> list[list]:
+    """`items` in groups of equal `key(item)`, in order of first appearance."""
+    groups: dict = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return list(groups.values())
+
+
+def without_seed(config: dict) -> tuple:
+    """A flattened config's items other than train.seed: what runs of one config's seeds share."""
+    return tuple(sorted((k, repr(v)) for k, v in config.items() if k != SEED_KEY))
+
+
+def group_label(labels: list[str]) -> str:
+    """`make compare SEEDS=N`'s NAME-seed1..N as NAME; other groups as their runs' labels."""
+    stems = {re.sub(r"-seed\d+$", "", label) for label in labels}
+    if len(labels) > 1 and len(stems) == 1 and all(re.search(r"-seed\d+$", x) for x in labels):
+        return stems.pop()
+    return ", ".join(labels)
+
+
+def sentence_statistics(metric, hypotheses: list[str], references: list[str]) -> torch.Tensor:
+    """sacreBLEU's sufficient statistics of each sentence (what its corpus score sums): (N, K) float64."""
+    return torch.tensor(metric._extract_corpus_statistics(hypotheses, [references]), dtype=torch.float64)
+
+
+def score_of(metric, summed: torch.Tensor) -> float:
+    """The corpus score of summed sentence statistics (K,)."""
+    return metric._compute_score_from_stats(summed.tolist()).score
+
+
+def resample_counts(sentences: int, resamples: int, seed: int) -> torch.Tensor:
+    """How often each sentence is drawn in each bootstrap resample: (R, N) float64."""
+    drawn = torch.randint(sentences, (resamples, sentences), generator=torch.Generator().manual_seed(seed))
+    counts = torch.zeros(resamples, sentences, dtype=torch.float64)
+    return counts.scatter_add_(1, drawn, torch.ones_like(drawn, dtype=torch.float64))
+
+
+@dataclass(frozen=True)
+class GroupTest:
+    """One metric's test of group B against group A."""
+
+    mean_a: float
+    mean_b: float
+    sd_a: float | None  # the seeds' standard deviation (None: one seed)
+    sd_b: float | None
+    se_seeds: float  # sqrt(s_A^2 / m + s_B^2 / n); 0 where neither group has two seeds
+    se_sentences: float  # sqrt(V_sel)
+    df: float  # math.inf: the sentences' normal approximation
+    p: float
+
+    @property
+    def delta(self) -> float:
+        return self.mean_b - self.mean_a
+
+
+def between_groups(
+    metric, a: list[torch.Tensor], b: list[torch.Tensor], resamples: int = RESAMPLES, seed: int = 12345
+) -> GroupTest:
+    """Test group b's mean score against group a's: each a list of its runs' (N, K) sentence statistics
+    (`sentence_statistics`) on one test set."""
+    scores = [[score_of(metric, s.sum(0)) for s in group] for group in (a, b)]
+    counts = resample_counts(a[0].shape[0], resamples, seed)  # (R, N)
+    resampled = [  # each group's mean score on each resample: (R,)
+        torch.tensor([[score_of(metric, row) for row in counts @ s] for s in group]).mean(0)
+        for group in (a, b)
+    ]
+    v_sel = float((resampled[1] - resampled[0]).var())
+    parts = seed_variances(*scores)
+    v_seeds = sum(v for v, _ in parts)
+    df = (v_seeds + v_sel) ** 2 / sum(v**2 / d for v, d in parts) if v_seeds > 0 else math.inf
+    delta = statistics.fmean(scores[1]) - statistics.fmean(scores[0])
+    total = v_seeds + v_sel
+    return GroupTest(
+        *map(statistics.fmean, scores),
+        *(statistics.stdev(x) if len(x) > 1 else None for x in scores),
+        se_seeds=math.sqrt(v_seeds),
+        se_sentences=math.sqrt(v_sel),
+        df=df,
+        p=two_sided_p(delta / math.sqrt(total), df) if total > 0 else 1.0,
+    )
+
+
+def seed_variances(scores_a: list[float], scores_b: list[float]) -> list[tuple[float, int]]:
+    """Each group's (seed variance of its mean, degrees of freedom); a group of one seed borrows the
+    other's variance and degrees of freedom; none where neither group has two seeds."""
+    own = [(statistics.variance(x), len(x) - 1) if len(x) > 1 else None for x in (scores_a, scores_b)]
+    if own == [None, None]:
+        return []
+    return [
+        ((mine or other)[0] / len(x), (mine or other)[1])
+        for x, mine, other in zip((scores_a, scores_b), own, own[::-1])
+    ]
+
+
+def two_sided_p(t: float, df: float) -> float:
+    """P(|T| >= |t|) for Student's t with `df` degrees of freedom (math.inf: the normal): the density
+    integrated by Simpson's rule over [0, |t|] (fine: it is smooth, and 2,000 intervals leave < 1e-9)."""
+    t = abs(t)
+    if math.isinf(df):
+        return math.erfc(t / math.sqrt(2))
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def density(x: float) -> float:
+        return math.exp(log_c - (df + 1) / 2 * math.log1p(x * x / df))
+
+    steps = 2000
+    h = t / steps
+    inner = sum((4 if i % 2 else 2) * density(i * h) for i in range(1, steps))
+    return max(0.0, 1.0 - 2 * h / 3 * (density(0.0) + inner + density(t)))
+
+
+def seed_groups(runs: list) -> list[list]:
+    """mt.report's comparable rows grouped by config without train.seed and by the evaluation shown
+    (RUN@SETTING's two rows of one run stay apart)."""
+    return grouped(runs, lambda run: (without_seed(run.config), run.setting))
+
+
+def groups_section(groups: list[list], metrics: list, tokenizer: str) -> list[str]:
+    """`mt report`'s Groups section (where some group has two seeds or more): a row per group with its
+    seeds' mean ± standard deviation and the test against the first group, then a verdict each."""
+    made = {m.key: m.make(tokenizer) for m in metrics}
+    stats = [
+        {k: group_statistics(group, groups[0][0], metric) for k, metric in made.items()} for group in groups
+    ]
+    tests = [{k: between_groups(made[k], stats[0][k], s[k]) for k in made} for s in stats]
+    out = [
+        "## Groups: runs that differ only in train.seed",
+        "",
+        "A group's score: the mean over its seeds ± their standard deviation. p: Welch's t of the difference"
+        " of means against the first group, counting the seeds' spread and the test sentences' (paired"
+        f" bootstrap, {RESAMPLES} resamples; mt.groups, after Clark et al. 2011); * = p < {P_THRESHOLD}.",
+        "",
+        "| group | seeds | val BLEU | " + " | ".join(f"{m.label} | p" for m in metrics) + " |",
+        "|" + "---|" * (3 + 2 * len(metrics)),
+    ]
+    for i, (group, test) in enumerate(zip(groups, tests)):
+        val = _spread([r.card.get("training", {}).get("best_val_bleu") for r in group])
+        cells = [f"{_spread([r.result()[m.key] for r in group])} | {_p(test[m.key].p, i)}" for m in metrics]
+        out.append(f"| {label_of(group)} | {len(group)} | {val} | {' | '.join(cells)} |")
+    out.append("")
+    base = f"`{label_of(groups[0])}` ({len(groups[0])})"
+    for group, test in zip(groups[1:], tests[1:]):
+        said = "; ".join(_verdict(m.label, test[m.key]) for m in metrics)
+        out.append(f"- `{label_of(group)}` ({len(group)} seeds) vs {base}: {said}.")
+    return out
+
+
+def group_statistics(group: list, base, metric) -> list[torch.Tensor]:
+    """Each run's sentence statistics against the baseline run's references (mt.report's rows)."""
+    shown = base.result()
+    references = base.lines(shown["ref_file"], shown["sentences"])
+    return [
+        sentence_statistics(metric, run.lines(run.result()["hyp_file"], shown["sentences"]), references)
+        for run in group
+    ]
+
+
+def label_of(group: list) -> str:
+    return group_label([run.label for run in group])
+
+
+def _spread(values: list) -> str:
+    if None in values:
+        return "–"
+    return f"{statistics.fmean(values):.2f}" + (
+        f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else ""
+    )
+
+
+def _p(p: float, row: int) -> str:
+    return "–" if row == 0 else f"{p:.4f}" + (" *" if p < P_THRESHOLD else "")
+
+
+def _verdict(label: str, test: GroupTest) -> str:
+    how = "significant" if test.p < P_THRESHOLD else "not significant"
+    return (
+        f"{label} {test.delta:+.2f}, {how} (p = {test.p:.4f}; standard errors: seeds {test.se_seeds:.2f}, "
+        f"test sentences {test.se_sentences:.2f}; df {test.df:.1f})"
+    )

@@ -1,0 +1,185 @@
+"""mt/groups.py: runs grouped by config without train.seed, and the test between two groups (seeds'
+spread and the test sentences' sampling), checked against hand computations."""
+
+import math
+import statistics
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import ROOT
+from sacrebleu.metrics import BLEU
+from sacrebleu.significance import PairedTest
+
+from mt.config import load_config
+from mt.curves import band_points
+from mt.evaluate import evaluate_run
+from mt.groups import (
+    between_groups,
+    group_label,
+    resample_counts,
+    seed_groups,
+    sentence_statistics,
+    two_sided_p,
+)
+from mt.report import load_runs, write_report
+from mt.train import train
+from mt.translator import Translator
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from seed_calibration import replicas, single_run_p  # noqa: E402
+
+
+class Accuracy:
+    """A metric of sacreBLEU's shape whose score is 100 x the share of sentences equal to their
+    reference: its variances have closed forms."""
+
+    def _extract_corpus_statistics(self, hypotheses, references):
+        return [[float(h == r), 1.0] for h, r in zip(hypotheses, references[0])]
+
+    def _compute_score_from_stats(self, stats):
+        return SimpleNamespace(score=100 * stats[0] / stats[1])
+
+
+def correct(rows: list[list[int]]) -> list[torch.Tensor]:
+    """Runs given as 0/1 per sentence -> their (N, 2) statistics."""
+    return [torch.tensor([[float(x), 1.0] for x in row], dtype=torch.float64) for row in rows]
+
+
+@pytest.mark.parametrize(
+    "t, df, p", [(2.776445, 4, 0.05), (12.7062, 1, 0.05), (2.0452, 29, 0.05), (1.959964, math.inf, 0.05)]
+)
+def test_two_sided_p_matches_students_t_tables(t, df, p):
+    assert two_sided_p(t, df) == pytest.approx(p, abs=2e-5)
+    assert two_sided_p(-t, df) == two_sided_p(t, df) and two_sided_p(0.0, df) == pytest.approx(1.0)
+
+
+def test_the_test_is_welchs_t_over_seeds_and_bootstrapped_sentences():
+    torch.manual_seed(0)
+    n = 400
+    a = [(torch.rand(n) < q).int().tolist() for q in (0.50, 0.55, 0.52)]
+    b = [(torch.rand(n) < q).int().tolist() for q in (0.60, 0.58)]
+    test = between_groups(Accuracy(), correct(a), correct(b))
+    sa, sb = [[100 * sum(r) / n for r in g] for g in (a, b)]
+    v_seeds = statistics.variance(sa) / 3 + statistics.variance(sb) / 2
+    assert (test.mean_a, test.mean_b) == (
+        pytest.approx(statistics.fmean(sa)),
+        pytest.approx(statistics.fmean(sb)),
+    )
+    assert test.sd_a == pytest.approx(statistics.stdev(sa)) and test.se_seeds == pytest.approx(
+        math.sqrt(v_seeds)
+    )
+    # the mean of accuracies is linear in the sentences: V_sel = var(d_i) / N, d_i the groups' mean difference
+    d = [statistics.fmean(col[3:]) * 100 - statistics.fmean(col[:3]) * 100 for col in zip(*a, *b)]
+    assert test.se_sentences == pytest.approx(math.sqrt(statistics.pvariance(d) / n), rel=0.1)
+    parts = [statistics.variance(sa) / 3, statistics.variance(sb) / 2]
+    df = (v_seeds + test.se_sentences**2) ** 2 / (parts[0] ** 2 / 2 + parts[1] ** 2 / 1)
+    assert test.df == pytest.approx(df)
+    t = (test.mean_b - test.mean_a) / math.sqrt(v_seeds + test.se_sentences**2)
+    assert test.p == pytest.approx(two_sided_p(t, df))
+
+
+def test_one_seed_each_counts_the_sentences_only_and_one_seed_borrows_the_others_spread():
+    torch.manual_seed(1)
+    rows = [(torch.rand(300) < 0.5).int().tolist() for _ in range(4)]
+    single = between_groups(Accuracy(), correct(rows[:1]), correct(rows[1:2]))
+    assert single.se_seeds == 0.0 and single.df == math.inf and single.sd_a is None
+    assert single.p == pytest.approx(two_sided_p(single.delta / single.se_sentences, math.inf))
+    borrowed = between_groups(Accuracy(), correct(rows[:1]), correct(rows[1:]))
+    sb = [100 * sum(r) / 300 for r in rows[1:]]
+    assert borrowed.se_seeds == pytest.approx(math.sqrt(statistics.variance(sb) * (1 / 1 + 1 / 3)))
+    same = between_groups(Accuracy(), correct(rows[1:]), correct(rows[1:]))
+    assert same.delta == 0.0 and same.p == 1.0
+
+
+def test_groups_are_configs_without_the_seed_and_keep_settings_apart():
+    def run(label, seed, lr, setting="test-tuned"):
+        return SimpleNamespace(label=label, config={"train.seed": seed, "train.lr": lr}, setting=setting)
+
+    runs = [run("a-seed1", 1, 1), run("b", 1, 2), run("a-seed2", 2, 1), run("a-seed1@test", 1, 1, "test")]
+    assert [[r.label for r in g] for g in seed_groups(runs)] == [
+        ["a-seed1", "a-seed2"],
+        ["b"],
+        ["a-seed1@test"],
+    ]
+    assert group_label(["a-seed1", "a-seed2"]) == "a" and group_label(["x", "y-seed2"]) == "x, y-seed2"
+
+
+@pytest.fixture(scope="module")
+def seeded_runs(two_runs, tiny, tmp_path_factory):
+    """two_runs (label smoothing 0.1 and 0.0, seed 1) and the same two configs at seed 2."""
+    from conftest import REPORT
+
+    root = tmp_path_factory.mktemp("seeds")
+    runs = list(two_runs)
+    for name, eps in [("ls01-s2", "0.1"), ("ls0-s2", "0.0")]:
+        overrides = tiny + REPORT + [f"train.label_smoothing={eps}", "train.seed=2"]
+        train(load_config(ROOT / "configs/toy.yaml", overrides), root / name)
+        evaluate_run(Translator.from_run(root / name, device="cpu"), "test")
+        runs.append(root / name)
+    return runs  # ls01, ls0, ls01-s2, ls0-s2
+
+
+@pytest.mark.slow
+def test_the_report_shows_groups_of_seeds_and_tests_them(seeded_runs, tmp_path):
+    ls01, ls0, ls01_s2, ls0_s2 = seeded_runs
+    out, _ = write_report([ls01, ls0, ls01_s2, ls0_s2], tmp_path / "report.md")
+    text = out.read_text()
+    section = text.split("## Groups: runs that differ only in train.seed")[1].split("## Runs")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    assert [row.split("|")[1].strip() for row in rows[1:]] == ["ls01, ls01-s2", "ls0, ls0-s2"]
+    runs = load_runs([ls01, ls01_s2])
+    bleus = [r.result()["bleu"] for r in runs]
+    mean = f"{statistics.fmean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
+    assert rows[1].split("|")[2].strip() == "2" and rows[1].split("|")[4].strip() == mean
+    assert rows[1].split("|")[5].strip() == "–" and rows[2].split("|")[5].strip() != "–"
+    assert "- `ls0, ls0-s2` (2 seeds) vs `ls01, ls01-s2` (2): BLEU" in section
+    assert "Each row is one run, one seed" not in text
+
+
+@pytest.mark.slow
+def test_a_report_of_single_runs_says_its_test_counts_test_sentences_only(two_runs, tmp_path):
+    out, _ = write_report(two_runs, tmp_path / "report.md")
+    text = out.read_text()
+    assert "## Groups" not in text
+    assert "Each row is one run, one seed: its p counts the test sentences' sampling, not training's" in text
+
+
+def test_a_groups_curve_is_its_runs_mean_with_a_band_up_to_the_shortest_run():
+    def run(name, nll, bleu):
+        logs = [{"step": 10 * i, "elapsed_s": 60.0 * i, "loss": 0.0, "nll": x} for i, x in enumerate(nll, 1)]
+        vals = [{"step": 20 * i, "elapsed_s": 120.0 * i, "val_bleu": x} for i, x in enumerate(bleu, 1)]
+        return SimpleNamespace(path=Path(name), label=name, metrics=logs + vals)
+
+    label, panels = band_points(
+        "a", [run("a1", [4.0, 3.0, 2.0], [10.0, 20.0]), run("a2", [5.0, 2.0], [30.0, 10.0])]
+    )
+    assert label == "a (mean of 2 seeds)"
+    assert panels[0, 0] == (
+        [10.0, 20.0],
+        [4.5, 2.5],
+        [4.0, 2.0],
+        [5.0, 3.0],
+    )  # steps: to the shorter run's end
+    assert panels[1, 1] == ([2.0, 4.0], [20.0, 15.0], [10.0, 10.0], [30.0, 20.0])  # minutes
+
+
+def test_the_calibrations_replicas_have_the_seeds_mean_and_variance():
+    runs = [10 + 5 * torch.rand(50, 3, dtype=torch.float64) for _ in range(3)]  # far from 0: no clamping
+    drawn = torch.stack(replicas(runs, 20000, torch.Generator().manual_seed(0)))
+    seeds = torch.stack(runs)
+    assert torch.allclose(drawn.mean(0), seeds.mean(0), atol=0.05)
+    assert torch.allclose(drawn.var(0), seeds.var(0), rtol=0.1, atol=0.02)
+
+
+def test_the_single_run_p_value_is_sacrebleus_paired_bootstrap(toy):
+    refs = toy["test"][1][:300]
+    a = [" ".join(line.split()[:-1]) for line in refs]  # the last word dropped
+    b = [line if i % 100 else " ".join(line.split()[1:]) for i, line in enumerate(a)]  # 3 lines lose more
+    _, scores = PairedTest([("a", a), ("b", b)], {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=1000)()
+    stats = [sentence_statistics(BLEU(), hyps, refs) for hyps in (a, b)]
+    mine = single_run_p(BLEU(), *stats, resample_counts(len(refs), 1000, 0))
+    assert 0.01 < scores["BLEU"][1].p_value < 0.2  # 0.057 here: a p where the counting shows
+    assert mine == pytest.approx(scores["BLEU"][1].p_value, abs=0.03)  # other draws: p within its noise
