@@ -51,13 +51,14 @@ report: install
 # SEEDS=3: each config trained with train.seed 1, 2, 3 into runs/NAME-seed1..3 (the tokenizer and the
 # binarized corpus are the same files where the seed does not change them); the report tests the groups
 SEEDS ?=
+RUNS_DIR ?= runs
 SEED_LIST := $(if $(SEEDS),$(shell seq 1 $(SEEDS)))
-RUNS_OF = $(foreach c,$(CONFIGS),$(if $(SEED_LIST),$(foreach n,$(SEED_LIST),runs/$(basename $(notdir $(c)))-seed$(n)),runs/$(basename $(notdir $(c)))))
+RUNS_OF = $(foreach c,$(CONFIGS),$(if $(SEED_LIST),$(foreach n,$(SEED_LIST),$(RUNS_DIR)/$(basename $(notdir $(c)))-seed$(n)),$(RUNS_DIR)/$(basename $(notdir $(c)))))
 compare: install
 	@test -n "$(CONFIGS)" || { echo 'usage: make compare CONFIGS="configs/a.yaml configs/b.yaml" [SEEDS=3]' >&2; exit 2; }
 	@for c in $(CONFIGS); do \
 	  for seed in $(or $(SEED_LIST),-); do \
-	    run=runs/$$(basename $$c .yaml)$$(test $$seed = - || echo -seed$$seed); \
+	    run=$(RUNS_DIR)/$$(basename $$c .yaml)$$(test $$seed = - || echo -seed$$seed); \
 	    $(TRAIN) $$c --run-dir $$run $(foreach s,$(SET),--set $(s)) $$(test $$seed = - || echo --set train.seed=$$seed) && \
 	    $(BIN)/mt evaluate --run $$run --split test || exit $$?; \
 	  done; \

@@ -2,7 +2,9 @@
 spread and the test sentences' sampling), checked against hand computations."""
 
 import math
+import re
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -183,3 +185,28 @@ def test_the_single_run_p_value_is_sacrebleus_paired_bootstrap(toy):
     mine = single_run_p(BLEU(), *stats, resample_counts(len(refs), 1000, 0))
     assert 0.01 < scores["BLEU"][1].p_value < 0.2  # 0.057 here: a p where the counting shows
     assert mine == pytest.approx(scores["BLEU"][1].p_value, abs=0.03)  # other draws: p within its noise
+
+
+@pytest.mark.slow
+def test_make_compare_with_seeds_trains_each_seed_and_reports_the_groups(tiny, tmp_path):
+    variant = tmp_path / "toy-ls0.yaml"
+    variant.write_text(f"base: {ROOT / 'configs/toy.yaml'}\ntrain:\n  label_smoothing: 0.0\n")
+    report = tmp_path / "report.md"
+    done = subprocess.run(
+        ["make", "-o", ".venv/.installed", "compare", f"BIN={Path(sys.executable).parent}", "SEEDS=2"]
+        + [f"CONFIGS=configs/toy.yaml {variant}", f"RUNS_DIR={tmp_path}", f"REPORT={report}"]
+        + ["SET=" + " ".join(tiny + ["train.max_steps=8", "train.valid_every=8"])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name in ("toy-seed1", "toy-seed2", "toy-ls0-seed1", "toy-ls0-seed2"):
+        assert (tmp_path / name / "card.json").exists(), name
+    seeds = {
+        name: load_runs([tmp_path / name])[0].config["train.seed"] for name in ("toy-seed1", "toy-seed2")
+    }
+    assert seeds == {"toy-seed1": 1, "toy-seed2": 2}
+    rows = [line for line in report.read_text().split("## Groups")[1].splitlines() if line.startswith("| ")]
+    assert [row.split("|")[1:3] for row in rows[1:]] == [[" toy ", " 2 "], [" toy-ls0 ", " 2 "]]
+    assert re.fullmatch(r" \d+\.\d{4}( \*)? ", rows[2].split("|")[5])  # the groups' p-value
