@@ -6,15 +6,18 @@ optimizer instability") report a system as the mean over replicas with two sprea
 replicas (s_dev) and across resamples of the test set (s_sel). `between_groups` tests the difference of
 two groups' means, D = mean(B) - mean(A), with Welch's t on
 
-    Var(D) = s_A^2 / m + s_B^2 / n + V_sel
+    Var(D) = s_A^2 / m + s_B^2 / n + max(0, V_sel - w_A / m - w_B / n)
 
-where s^2 is the variance of a group's m (n) seeds' scores on this test set and V_sel the variance of D
-over bootstrap resamples of the test sentences (one resample for every run: paired), with
-Welch-Satterthwaite's degrees of freedom (V_sel taken as known). The two variances overlap (a seed's
-sentence-level noise is in both), so the test errs on the safe side; its false-positive rate on groups
-of one config is measured by scripts/seed_calibration.py. A group of one seed borrows the other
-group's seed variance; two groups of one seed each have none, and the test then counts the test
-sentences only, as a paired bootstrap of two runs does.
+s^2: the variance of a group's m (n) seeds' scores on this test set (training's randomness, as these
+sentences see it). V_sel: the variance of D over bootstrap resamples of the test sentences (one
+resample for every run: paired), what another test set would change. Part of V_sel is the seeds' own
+sentence-level noise, already in s^2: w, the resamples' variance of one run's deviation from its
+group's mean (scaled by m / (m - 1)), takes it out, so that what is added is the configs' difference
+varying from sentence to sentence (0 for two groups of one config). Degrees of freedom: Welch-
+Satterthwaite's, that last term taken as known. scripts/seed_calibration.py measures the false-positive
+rate on groups of one config. A group of one seed borrows the other group's s^2 and w; two groups of
+one seed each have neither, and the test then counts the test sentences only, as a paired bootstrap of
+two runs does.
 """
 
 from __future__ import annotations
@@ -94,36 +97,51 @@ def between_groups(
     (`sentence_statistics`) on one test set."""
     scores = [[score_of(metric, s.sum(0)) for s in group] for group in (a, b)]
     counts = resample_counts(a[0].shape[0], resamples, seed)  # (R, N)
-    resampled = [  # each group's mean score on each resample: (R,)
-        torch.tensor([[score_of(metric, row) for row in counts @ s] for s in group]).mean(0)
-        for group in (a, b)
+    resampled = [  # each run's score on each resample: (runs, R) per group
+        torch.tensor([[score_of(metric, row) for row in counts @ s] for s in group]) for group in (a, b)
     ]
-    v_sel = float((resampled[1] - resampled[0]).var())
-    parts = seed_variances(*scores)
-    v_seeds = sum(v for v, _ in parts)
-    df = (v_seeds + v_sel) ** 2 / sum(v**2 / d for v, d in parts) if v_seeds > 0 else math.inf
+    v_sel = float((resampled[1].mean(0) - resampled[0].mean(0)).var())
+    parts = borrowed([seed_variance(x) for x in scores])
+    noise = borrowed([run_noise(r) for r in resampled])
+    v_seeds = sum(v / len(x) for (v, _), x in zip(parts, scores))
+    v_sentences = max(0.0, v_sel - sum(w / len(x) for (w, _), x in zip(noise, scores)))
+    df = (
+        (v_seeds + v_sentences) ** 2 / sum((v / len(x)) ** 2 / d for (v, d), x in zip(parts, scores))
+        if v_seeds > 0
+        else math.inf
+    )
     delta = statistics.fmean(scores[1]) - statistics.fmean(scores[0])
-    total = v_seeds + v_sel
+    total = v_seeds + v_sentences
     return GroupTest(
         *map(statistics.fmean, scores),
         *(statistics.stdev(x) if len(x) > 1 else None for x in scores),
         se_seeds=math.sqrt(v_seeds),
-        se_sentences=math.sqrt(v_sel),
+        se_sentences=math.sqrt(v_sentences),
         df=df,
         p=two_sided_p(delta / math.sqrt(total), df) if total > 0 else 1.0,
     )
 
 
-def seed_variances(scores_a: list[float], scores_b: list[float]) -> list[tuple[float, int]]:
-    """Each group's (seed variance of its mean, degrees of freedom); a group of one seed borrows the
-    other's variance and degrees of freedom; none where neither group has two seeds."""
-    own = [(statistics.variance(x), len(x) - 1) if len(x) > 1 else None for x in (scores_a, scores_b)]
-    if own == [None, None]:
-        return []
-    return [
-        ((mine or other)[0] / len(x), (mine or other)[1])
-        for x, mine, other in zip((scores_a, scores_b), own, own[::-1])
-    ]
+def seed_variance(scores: list[float]) -> tuple[float, int] | None:
+    """(The variance of a group's seeds' scores, its degrees of freedom); None for one seed."""
+    return (statistics.variance(scores), len(scores) - 1) if len(scores) > 1 else None
+
+
+def run_noise(resampled: torch.Tensor) -> tuple[float, int] | None:
+    """The test-sentence variance of one run's deviation from its group's expected score, from the
+    runs' scores on the resamples (runs, R): what V_sel holds of the seeds' noise rather than of the
+    configs' difference, with its degrees of freedom; None for one run."""
+    m = resampled.shape[0]
+    if m < 2:
+        return None
+    return float((resampled - resampled.mean(0)).var(1).mean()) * m / (m - 1), m - 1
+
+
+def borrowed(values: list) -> list[tuple[float, int]]:
+    """Each group's estimate, a group of one seed taking the other's; (0, 1) each where neither has one."""
+    if values == [None, None]:
+        return [(0.0, 1), (0.0, 1)]
+    return [mine or other for mine, other in zip(values, values[::-1])]
 
 
 def two_sided_p(t: float, df: float) -> float:

@@ -58,24 +58,34 @@ def test_two_sided_p_matches_students_t_tables(t, df, p):
     assert two_sided_p(-t, df) == two_sided_p(t, df) and two_sided_p(0.0, df) == pytest.approx(1.0)
 
 
-def test_the_test_is_welchs_t_over_seeds_and_bootstrapped_sentences():
+def test_the_test_is_welchs_t_over_seeds_and_the_sentences_beyond_their_noise():
     torch.manual_seed(0)
-    n = 400
-    a = [(torch.rand(n) < q).int().tolist() for q in (0.50, 0.55, 0.52)]
-    b = [(torch.rand(n) < q).int().tolist() for q in (0.60, 0.58)]
+    n = 600
+    easy = torch.rand(n)  # how likely each sentence is right; config b reverses it on half the sentences
+    other = torch.where(torch.arange(n) % 2 == 0, easy, 1 - easy)
+    a = [(torch.rand(n) < easy).int().tolist() for _ in range(3)]
+    b = [(torch.rand(n) < other).int().tolist() for _ in range(2)]
     test = between_groups(Accuracy(), correct(a), correct(b))
     sa, sb = [[100 * sum(r) / n for r in g] for g in (a, b)]
     v_seeds = statistics.variance(sa) / 3 + statistics.variance(sb) / 2
-    assert (test.mean_a, test.mean_b) == (
-        pytest.approx(statistics.fmean(sa)),
-        pytest.approx(statistics.fmean(sb)),
-    )
+    means = (statistics.fmean(sa), statistics.fmean(sb))
+    assert (test.mean_a, test.mean_b) == (pytest.approx(means[0]), pytest.approx(means[1]))
     assert test.sd_a == pytest.approx(statistics.stdev(sa)) and test.se_seeds == pytest.approx(
         math.sqrt(v_seeds)
     )
-    # the mean of accuracies is linear in the sentences: V_sel = var(d_i) / N, d_i the groups' mean difference
-    d = [statistics.fmean(col[3:]) * 100 - statistics.fmean(col[:3]) * 100 for col in zip(*a, *b)]
-    assert test.se_sentences == pytest.approx(math.sqrt(statistics.pvariance(d) / n), rel=0.1)
+    # accuracy is linear in the sentences: a bootstrap variance is the per-sentence variance / N
+    cols = [[100 * x for x in col] for col in zip(*a, *b)]
+    v_sel = statistics.pvariance([statistics.fmean(c[3:]) - statistics.fmean(c[:3]) for c in cols]) / n
+    w = [  # one run's deviation from its group's mean, scaled by m / (m - 1)
+        statistics.fmean(
+            statistics.pvariance([c[j] - statistics.fmean(c[lo:hi]) for c in cols]) for j in range(lo, hi)
+        )
+        / n
+        * (hi - lo)
+        / (hi - lo - 1)
+        for lo, hi in ((0, 3), (3, 5))
+    ]
+    assert test.se_sentences**2 == pytest.approx(v_sel - w[0] / 3 - w[1] / 2, rel=0.15)
     parts = [statistics.variance(sa) / 3, statistics.variance(sb) / 2]
     df = (v_seeds + test.se_sentences**2) ** 2 / (parts[0] ** 2 / 2 + parts[1] ** 2 / 1)
     assert test.df == pytest.approx(df)
@@ -83,15 +93,29 @@ def test_the_test_is_welchs_t_over_seeds_and_bootstrapped_sentences():
     assert test.p == pytest.approx(two_sided_p(t, df))
 
 
+def test_two_groups_of_one_config_add_no_sentence_variance_beyond_the_seeds():
+    torch.manual_seed(2)
+    easy = torch.rand(500)
+    runs = correct([(torch.rand(500) < easy).int().tolist() for _ in range(6)])
+    test = between_groups(Accuracy(), runs[:3], runs[3:])
+    assert test.se_sentences < 0.3 * test.se_seeds  # the truncated estimate of 0, beside the seeds'
+
+
 def test_one_seed_each_counts_the_sentences_only_and_one_seed_borrows_the_others_spread():
     torch.manual_seed(1)
     rows = [(torch.rand(300) < 0.5).int().tolist() for _ in range(4)]
     single = between_groups(Accuracy(), correct(rows[:1]), correct(rows[1:2]))
     assert single.se_seeds == 0.0 and single.df == math.inf and single.sd_a is None
+    d = [100 * (y - x) for x, y in zip(rows[0], rows[1])]  # the paired bootstrap's variance, all of it
+    assert single.se_sentences**2 == pytest.approx(statistics.pvariance(d) / 300, rel=0.15)
     assert single.p == pytest.approx(two_sided_p(single.delta / single.se_sentences, math.inf))
     borrowed = between_groups(Accuracy(), correct(rows[:1]), correct(rows[1:]))
     sb = [100 * sum(r) / 300 for r in rows[1:]]
     assert borrowed.se_seeds == pytest.approx(math.sqrt(statistics.variance(sb) * (1 / 1 + 1 / 3)))
+    assert borrowed.df == pytest.approx(
+        (borrowed.se_seeds**2 + borrowed.se_sentences**2) ** 2
+        / ((statistics.variance(sb) / 1) ** 2 / 2 + (statistics.variance(sb) / 3) ** 2 / 2)
+    )
     same = between_groups(Accuracy(), correct(rows[1:]), correct(rows[1:]))
     assert same.delta == 0.0 and same.p == 1.0
 
