@@ -15,6 +15,7 @@ from __future__ import annotations
 import array
 import logging
 import random
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -255,6 +256,16 @@ class BatchStream:
 
     def corpus(self, epoch: int) -> Pairs:
         return self.views[(epoch - 1) % len(self.views)]
+
+    def consumed(self, epoch: int, index: int) -> Iterator[tuple[Tensor, Tensor]]:
+        """The lengths (without eos/bos) of the pairs of every batch taken before position (epoch,
+        index): (src_len, tgt_len) per epoch, its plans made again (the worker may be using the cache)."""
+        for e in range(1, epoch + 1):
+            corpus = self.corpus(e)
+            plan = epoch_plan(corpus.src_len, corpus.tgt_len, self.max_tokens, self.seed, e)
+            taken = [plan.rows(j) for j in range(len(plan) if e < epoch else min(index, len(plan)))]
+            rows = torch.cat(taken) if taken else torch.zeros(0, dtype=torch.long)
+            yield corpus.src_len[rows], corpus.tgt_len[rows]
 
     def _build(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:
         epoch = max(epoch, 1)

@@ -332,7 +332,8 @@ def _table(runs: list[Run], tests: dict[str, dict], best: list[Run]) -> list[str
     """One row per run: its card, its scores (mt.metrics; the headline ones with p-values), and the
     config keys that differ."""
     keys = differing_keys([run.config for run in runs])
-    columns = ["run", "config (hash)", "params", "steps", "epochs", "wall", "tok/s", "best step", "val BLEU"]
+    columns = ["run", "config (hash)", "params", "steps", "epochs", "wall", "tok/s", "multiply-adds"]
+    columns += ["best step", "val BLEU"]
     columns += [name for m in METRICS for name in ([m.label, "p"] if m.headline else [m.label])]
     columns += ["len ratio"] + [f"`{k}`" for k in keys]
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -347,6 +348,7 @@ def _table(runs: list[Run], tests: dict[str, dict], best: list[Run]) -> list[str
             f"| {run.label}{mark} | {c['config']['name']} ({c['config']['hash'][:8]}) "
             f"| {c['parameters'] / 1e6:.2f}M | {t.get('steps', '–')} | {t.get('epochs', '–')} "
             f"| {_fmt(t.get('wall_s'), '.0f')} s | {_fmt(t.get('tokens_per_s'), '.0f')} "
+            f"| {_fmt(t.get('multiply_adds'), '.3g')} "
             f"| {t.get('best_step', '–')} | {_fmt(t.get('best_val_bleu'))} "
             f"| {' | '.join(scores)} | {_fmt(res.get('length_ratio'), '.3f')} |"
             + "".join(f" {keys[k][i]} |" for k in keys)

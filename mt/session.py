@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mt import corpus, distributed
 from mt.batching import BatchStream, Pairs
+from mt.compute import training_multiply_adds
 from mt.config import RunConfig
 from mt.data import load_split
 from mt.errors import WriteError
@@ -296,7 +297,12 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
             precision=distributed.ran_precision(s.device, s.cfg.train.precision),
             code=code_version(),
             hardware=hardware(s.device, s.ranks.world),
-            training=training_record(s.cfg.train, p, interrupted or stop),
+            training=training_record(
+                s.cfg.train,
+                p,
+                interrupted or stop,
+                training_multiply_adds(s.cfg.model, s.model.output_size, s.stream, p.epoch, p.batch_index),
+            ),
             cleaning=s.cleaning,
         )
     return summary(p, stop, interrupted)

@@ -47,7 +47,8 @@ from train_profile import family_table, labelled, op_families  # noqa: E402
 import mt.loss  # noqa: E402
 from mt import corpus  # noqa: E402
 from mt.batching import BatchStream, Pairs, epoch_plan  # noqa: E402
-from mt.config import ModelConfig, load_config  # noqa: E402
+from mt.compute import forward_multiply_adds  # noqa: E402
+from mt.config import load_config  # noqa: E402
 from mt.distributed import native_precisions, resolve_device, set_precision  # noqa: E402
 from mt.generated import synthetic  # noqa: E402
 from mt.model import Seq2Seq  # noqa: E402
@@ -80,17 +81,6 @@ def bench_pairs(cfg, steps: int) -> tuple[Pairs, int, torch.Tensor]:
     plan = epoch_plan(pairs.src_len, pairs.tgt_len, cfg.train.max_tokens, cfg.train.seed, 1)
     rows = torch.cat([plan.rows(j) for j in range(min(steps, len(plan)))])
     return pairs.subset(rows), vocab_size, target_pieces([pairs.tgt], vocab_size)
-
-
-def train_flops(cfg: ModelConfig, output_size: int, src_len: torch.Tensor, tgt_len: torch.Tensor) -> float:
-    """Model FLOPs of a training update on these pairs (lengths without eos/bos): 6 per multiply-add
-    (forward 2, backward 4) of each matmul a real token passes through, attention's QK^T and AV included."""
-    D, F, V = cfg.d_model, cfg.d_ff, output_size  # V: the pieces the output layer scores
-    encoder_layers, decoder_layers = cfg.depth
-    s, t = src_len.double() + 1, tgt_len.double() + 1  # (P,) with eos / bos
-    encoder = s * (4 * D * D + 2 * D * F) + 2 * s * s * D
-    decoder = t * (6 * D * D + 2 * D * F) + s * 2 * D * D + 2 * t * t * D + 2 * t * s * D
-    return 6 * float((encoder_layers * encoder + decoder_layers * decoder + t * D * V).sum())
 
 
 def build(cfg, row: dict, vocab_size: int, pieces: torch.Tensor, device: torch.device):
@@ -158,7 +148,9 @@ def child(row: dict) -> dict:
         tokens, updates = tokens + stats.tokens, updates + 1
     seconds = time.perf_counter() - start
     output_size = getattr(model, "output_size", vocab_size)  # the reference scores every piece
-    flops = train_flops(cfg.model, output_size, pairs.src_len, pairs.tgt_len)
+    flops = (
+        2 * 3 * forward_multiply_adds(cfg.model, output_size, pairs.src_len, pairs.tgt_len)
+    )  # 2 FLOPs each
     return {
         "tokens_per_s": tokens / seconds,
         "tflops": flops / seconds / 1e12,

@@ -32,6 +32,7 @@ LAYERS = {
         "kv_cache",
         "output_pieces",
         "model",
+        "compute",
         "loss",
         "distributed",
         "ensemble",

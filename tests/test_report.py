@@ -38,9 +38,9 @@ def test_report_rows_keys_and_p_value(two_runs, tmp_path):
     _, scores = PairedTest(
         systems, {"BLEU": BLEU(), "chrF": CHRF()}, [refs], test_type="bs", n_samples=1000
     )()
-    assert rows["ls0"].split("|")[11].strip() == _p(scores["BLEU"][1].p_value)  # seeded: the same draws
-    assert rows["ls0"].split("|")[13].strip() == _p(scores["chrF2"][1].p_value)  # sacreBLEU names it chrF2
-    assert rows["ls01"].split("|")[11].strip() == "–"  # the baseline has no p
+    assert rows["ls0"].split("|")[12].strip() == _p(scores["BLEU"][1].p_value)  # seeded: the same draws
+    assert rows["ls0"].split("|")[14].strip() == _p(scores["chrF2"][1].p_value)  # sacreBLEU names it chrF2
+    assert rows["ls01"].split("|")[12].strip() == "–"  # the baseline has no p
     assert "`ls0` vs `ls01`: BLEU" in text and text.count("★") == 2  # legend + the best row
     header = [cell.strip() for cell in table[0].split("|")]
     assert [m.label for m in METRICS] == [cell for cell in header if cell in {m.label for m in METRICS}]
@@ -67,7 +67,7 @@ def test_report_refuses_runs_on_another_test_set(two_runs, small_corpus, tmp_pat
         f"baseline"
     ) in text
     row = next(line for line in text.splitlines() if line.startswith("| other-run"))
-    assert row.split("|")[11].strip() == "–"
+    assert row.split("|")[12].strip() == "–"
     assert "Nothing to test: fewer than two comparable runs." in text
 
 
@@ -91,7 +91,7 @@ def test_one_run_compares_two_of_its_evaluations(two_runs, tmp_path, capsys):
     rows = [line.split("|") for line in text.splitlines() if line.startswith("| ls01")]
     assert [r[1].strip().rstrip(" ★") for r in rows] == ["ls01", "ls01@test-last"]
     card = json.loads((run / "card.json").read_text())["results"]
-    assert [r[10].strip() for r in rows] == [
+    assert [r[11].strip() for r in rows] == [
         f"{card['test']['bleu']:.2f}",
         f"{card['test-last']['bleu']:.2f}",
     ]
@@ -140,7 +140,7 @@ def test_report_compares_each_run_at_its_own_decoding_by_default(two_runs, tmp_p
     }
     results = json.loads((tuned / "card.json").read_text())["results"]
     assert sorted(results) == ["test-beam2-lp1.5", "test-tuned"]
-    assert rows["tuned"][10].strip() == f"{results['test-tuned']['bleu']:.2f}"
+    assert rows["tuned"][11].strip() == f"{results['test-tuned']['bleu']:.2f}"
     assert "- `ls01` vs `tuned`: BLEU " in text
 
 

@@ -121,6 +121,7 @@ class Training:
     wall_s: float | None = None
     train_s: float | None = None
     tokens_per_s: float = None
+    multiply_adds: float | None = None  # the training's matmuls, forward and backward (mt.compute)
     best_step: int | None = None
     best_metric: str = None
     best_val_bleu: float | None = None

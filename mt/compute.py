@@ -1,0 +1,40 @@
+"""Training compute, counted the same on every machine: the multiply-adds of the model's matmuls over
+the pairs a run trained on, from their shapes (the card's `training.multiply_adds`, mt report's
+`compute`).
+
+A forward pass over a pair of S source positions (its pieces and eos) and T target positions (bos and
+its pieces) costs, per encoder layer, S (4 D^2 + 2 D F) for the projections and the feed-forward block
+and 2 S^2 D for attention's QK^T and AV; per decoder layer T (6 D^2 + 2 D F) + 2 S D^2 (cross-attention's
+keys and values) + 2 T^2 D + 2 T S D; and T D V for the output layer over its V pieces. Causal attention
+is counted whole, as its kernels compute it; padding is not counted, so the figure is the model's, not
+the batching's. A backward pass is twice its forward (the gradients of inputs and of weights), so an
+update costs 3x. torch's FlopCounterMode counts the same (tests/test_compute.py).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from mt.batching import BatchStream
+from mt.config import ModelConfig
+
+
+def forward_multiply_adds(cfg: ModelConfig, output_size: int, src_len: Tensor, tgt_len: Tensor) -> float:
+    """Multiply-adds of one forward pass over pairs of these lengths (pieces without eos/bos, (P,))."""
+    D, F, V = cfg.d_model, cfg.d_ff, output_size  # V: the pieces the output layer scores
+    encoder_layers, decoder_layers = cfg.depth
+    s, t = src_len.double() + 1, tgt_len.double() + 1  # (P,) with eos / bos
+    encoder = s * (4 * D * D + 2 * D * F) + 2 * s * s * D
+    decoder = t * (6 * D * D + 2 * D * F) + s * 2 * D * D + 2 * t * t * D + 2 * t * s * D
+    return float((encoder_layers * encoder + decoder_layers * decoder + t * D * V).sum())
+
+
+def training_multiply_adds(
+    cfg: ModelConfig, output_size: int, stream: BatchStream, epoch: int, batch_index: int
+) -> float:
+    """Forward and backward multiply-adds of every batch a training consumed up to its stream position
+    (epoch, batches of it taken): updates a non-finite loss skipped count, they were computed."""
+    return 3 * sum(
+        forward_multiply_adds(cfg, output_size, src_len, tgt_len)
+        for src_len, tgt_len in stream.consumed(epoch, batch_index)
+    )

@@ -1,0 +1,56 @@
+"""mt/compute.py: a training's multiply-adds counted from the shapes, as torch's own flop counter counts
+the matmuls of an update, and over exactly the batches a training consumed."""
+
+import json
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from mt.batching import BatchStream, Pairs, make_batch
+from mt.compute import forward_multiply_adds, training_multiply_adds
+from mt.config import ModelConfig
+from mt.loss import batch_loss
+from mt.model import Seq2Seq
+from mt.output_pieces import target_pieces
+
+
+@pytest.mark.parametrize("pieces", ["all", "target"])
+@pytest.mark.parametrize("layers", [(2, 2), (3, 1)])
+def test_an_updates_multiply_adds_are_what_torchs_flop_counter_counts(pieces, layers):
+    encoder, decoder = layers
+    cfg = ModelConfig(
+        d_model=32, d_ff=64, n_heads=4, encoder_layers=encoder, decoder_layers=decoder, output_pieces=pieces
+    )
+    src, tgt = [[5, 6, 7, 8, 9, 10, 11]], [[12, 13, 14, 15]]
+    model = Seq2Seq(cfg, 100, target_pieces([torch.tensor(tgt[0])], 100) if pieces == "target" else None)
+    batch = make_batch(src, tgt)  # one pair: no padding
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:  # attention as matmuls
+        loss, _ = batch_loss(model, batch, 0.1)
+        loss.backward()
+    lengths = torch.tensor([7]), torch.tensor([4])
+    assert counter.get_total_flops() == 2 * 3 * forward_multiply_adds(cfg, model.output_size, *lengths)
+
+
+def test_a_trainings_multiply_adds_are_its_consumed_batches():
+    torch.manual_seed(0)
+    src = [torch.randint(4, 50, (int(n),)).tolist() for n in torch.randint(1, 20, (60,))]
+    tgt = [torch.randint(4, 50, (int(n),)).tolist() for n in torch.randint(1, 20, (60,))]
+    stream, cfg = BatchStream(Pairs.from_ids(src, tgt), 120, seed=3), ModelConfig(d_model=16, d_ff=32)
+    epoch = index = 0
+    taken = []
+    for _ in range(13):  # across an epoch's end
+        batches, epoch, index = stream.take(epoch, index, 2)
+        taken += batches
+    by_batch = sum(
+        forward_multiply_adds(cfg, 60, b.src_mask.sum(1) - 1, (b.tgt_out != 0).sum(1) - 1) for b in taken
+    )
+    assert epoch > 1 and training_multiply_adds(cfg, 60, stream, epoch, index) == pytest.approx(3 * by_batch)
+
+
+@pytest.mark.slow
+def test_the_card_records_the_trainings_multiply_adds(trained):
+    run, _ = trained
+    training = json.loads((run / "card.json").read_text())["training"]
+    assert training["multiply_adds"] > 0 and isinstance(training["multiply_adds"], float)
