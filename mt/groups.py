@@ -174,7 +174,7 @@ def groups_section(groups: list[list], metrics: list, tokenizer: str) -> list[st
     stats = [
         {k: group_statistics(group, groups[0][0], metric) for k, metric in made.items()} for group in groups
     ]
-    tests = [{k: between_groups(made[k], stats[0][k], s[k]) for k in made} for s in stats]
+    tests = [None] + [{k: between_groups(made[k], stats[0][k], s[k]) for k in made} for s in stats[1:]]
     out = [
         "## Groups: runs that differ only in train.seed",
         "",
@@ -185,9 +185,9 @@ def groups_section(groups: list[list], metrics: list, tokenizer: str) -> list[st
         "| group | seeds | val BLEU | " + " | ".join(f"{m.label} | p" for m in metrics) + " |",
         "|" + "---|" * (3 + 2 * len(metrics)),
     ]
-    for i, (group, test) in enumerate(zip(groups, tests)):
+    for group, test in zip(groups, tests):
         val = _spread([r.card.get("training", {}).get("best_val_bleu") for r in group])
-        cells = [f"{_spread([r.result()[m.key] for r in group])} | {_p(test[m.key].p, i)}" for m in metrics]
+        cells = [f"{_spread([r.result()[m.key] for r in group])} | {_p(test, m.key)}" for m in metrics]
         out.append(f"| {label_of(group)} | {len(group)} | {val} | {' | '.join(cells)} |")
     out.append("")
     base = f"`{label_of(groups[0])}` ({len(groups[0])})"
@@ -219,8 +219,11 @@ def _spread(values: list) -> str:
     )
 
 
-def _p(p: float, row: int) -> str:
-    return "–" if row == 0 else f"{p:.4f}" + (" *" if p < P_THRESHOLD else "")
+def _p(test: dict | None, key: str) -> str:
+    """A row's p-value cell: none for the first group, which the others are tested against."""
+    if test is None:
+        return "–"
+    return f"{test[key].p:.4f}" + (" *" if test[key].p < P_THRESHOLD else "")
 
 
 def _verdict(label: str, test: GroupTest) -> str:
