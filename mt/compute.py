@@ -38,3 +38,30 @@ def training_multiply_adds(
         forward_multiply_adds(cfg, output_size, src_len, tgt_len)
         for src_len, tgt_len in stream.consumed(epoch, batch_index)
     )
+
+
+def search_multiply_adds(
+    cfg: ModelConfig, output_size: int, src_len: Tensor, out_len: Tensor, beam: int
+) -> float:
+    """Multiply-adds of mt's search with a KV cache (lengths without eos, (P,)): the encoder and the
+    cross-attention's keys and values once a sentence, then one row at the first step and `beam` at
+    each later one up to the kept output's length with eos, the self-attention reading the steps so
+    far. A search that ran on past its kept hypothesis (other beams, a batch's longer lines) did more:
+    this is the output's cost, counted from its shape. Greedy, one line: what FlopCounterMode counts."""
+    D, F, V = cfg.d_model, cfg.d_ff, output_size
+    encoder_layers, decoder_layers = cfg.depth
+    s, t = src_len.double() + 1, out_len.double() + 1  # (P,) with eos
+    once = encoder_layers * (s * (4 * D * D + 2 * D * F) + 2 * s * s * D) + decoder_layers * 2 * D * D * s
+    per_row = decoder_layers * (6 * D * D + 2 * D * F + 2 * s * D) + D * V  # a step's row, attention aside
+    steps = t * per_row + decoder_layers * D * t * (t + 1)  # self-attention: 2 j D at step j
+    first = per_row + decoder_layers * 2 * D
+    return float((once + beam * steps - (beam - 1) * first).sum())
+
+
+def pipeline_multiply_adds(own: float | None, teacher: dict) -> float | None:
+    """A run's training, plus for a student of a distilled corpus its teacher's pipeline and its
+    translating (the card's `teacher`, from teacher.json); None where a part was never counted."""
+    if not teacher:
+        return own
+    parts = [own, teacher.get("pipeline_multiply_adds"), teacher.get("translate_multiply_adds")]
+    return None if None in parts else sum(parts)

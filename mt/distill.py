@@ -24,12 +24,16 @@ import os
 import time
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
+from mt.compute import search_multiply_adds
 from mt.data import downloads_dir, load_split
 from mt.decode_config import evaluation_name
+from mt.ensemble import Ensemble
 from mt.errors import DataError
 from mt.files import file_sha256, write_failure, write_text
+from mt.run.card import read_card
 from mt.run.parent import TEACHER, read_teacher
 from mt.translator import Translator
 
@@ -80,6 +84,7 @@ def distill(t: Translator, root: Path | None = None, references: bool = False) -
         done, start = _resume(partial, len(sources)), time.perf_counter()
         _translate(t, sources, done, partial)
         record |= {"resumed_at": done, "translate_s": round(time.perf_counter() - start, 1)}
+        record |= teacher_compute(t, sources, partial.read_text(encoding="utf-8").splitlines())
         _copy_held_out(t, folder)
         if references:  # the partial file stays until this is written whole: a kill here resumes
             write_text(folder / names["tgt"], partial.read_text(encoding="utf-8") + _text(targets))
@@ -94,6 +99,23 @@ def distill(t: Translator, root: Path | None = None, references: bool = False) -
     except OSError as e:
         raise write_failure(folder, e) from None
     return folder
+
+
+def teacher_compute(t: Translator, sources: list[str], translations: list[str]) -> dict:
+    """teacher.json's compute (mt.compute): the pipelines of the teacher's runs, from their cards (None
+    where one was never counted), and its translating of the sources, each of an ensemble's models
+    counted over the same outputs."""
+    pipelines = [(read_card(run) or {}).get("training", {}) for run in [t.run, *map(Path, t.ensemble)]]
+    pipelines = [p.get("pipeline_multiply_adds", p.get("multiply_adds")) for p in pipelines]
+    models = t.searcher.models if isinstance(t.searcher, Ensemble) else [t.model]
+    src_len, out_len = (
+        torch.tensor([len(ids) for ids in t.tokenizer.encode(lines)]) for lines in (sources, translations)
+    )
+    searching = [search_multiply_adds(m.cfg, m.output_size, src_len, out_len, t.decode.beam) for m in models]
+    return {
+        "pipeline_multiply_adds": None if None in pipelines else sum(pipelines),
+        "translate_multiply_adds": sum(searching),
+    }
 
 
 def _text(lines: list[str]) -> str:

@@ -348,12 +348,19 @@ def _table(runs: list[Run], tests: dict[str, dict], best: list[Run]) -> list[str
             f"| {run.label}{mark} | {c['config']['name']} ({c['config']['hash'][:8]}) "
             f"| {c['parameters'] / 1e6:.2f}M | {t.get('steps', '–')} | {t.get('epochs', '–')} "
             f"| {_fmt(t.get('wall_s'), '.0f')} s | {_fmt(t.get('tokens_per_s'), '.0f')} "
-            f"| {_fmt(t.get('multiply_adds'), '.3g')} "
+            f"| {_compute(t)} "
             f"| {t.get('best_step', '–')} | {_fmt(t.get('best_val_bleu'))} "
             f"| {' | '.join(scores)} | {_fmt(res.get('length_ratio'), '.3f')} |"
             + "".join(f" {keys[k][i]} |" for k in keys)
         )
     return out
+
+
+def _compute(training: dict) -> str:
+    """A row's training multiply-adds (mt.compute), with its pipeline's where a teacher adds to them."""
+    own, pipeline = training.get("multiply_adds"), training.get("pipeline_multiply_adds")
+    total = f" ({pipeline:.3g} with its teacher)" if pipeline is not None and pipeline != own else ""
+    return _fmt(own, ".3g") + total
 
 
 def write_report(paths: list[str | Path], out: str | Path, setting: str = "") -> tuple[Path, str]:

@@ -16,7 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mt import corpus, distributed
 from mt.batching import BatchStream, Pairs
-from mt.compute import training_multiply_adds
+from mt.compute import pipeline_multiply_adds, training_multiply_adds
 from mt.config import RunConfig
 from mt.data import load_split
 from mt.errors import WriteError
@@ -297,15 +297,19 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
             precision=distributed.ran_precision(s.device, s.cfg.train.precision),
             code=code_version(),
             hardware=hardware(s.device, s.ranks.world),
-            training=training_record(
-                s.cfg.train,
-                p,
-                interrupted or stop,
-                training_multiply_adds(s.cfg.model, s.model.output_size, s.stream, p.epoch, p.batch_index),
-            ),
+            training=training_record(s.cfg.train, p, interrupted or stop, *compute(s)),
             cleaning=s.cleaning,
         )
     return summary(p, stop, interrupted)
+
+
+def compute(s: Session) -> tuple[float, float | None]:
+    """The training's multiply-adds, and its pipeline's: with a distilled corpus's teacher's
+    (mt.compute)."""
+    own = training_multiply_adds(
+        s.cfg.model, s.model.output_size, s.stream, s.progress.epoch, s.progress.batch_index
+    )
+    return own, pipeline_multiply_adds(own, teacher_of(s.cfg).get("teacher", {}))
 
 
 def summary(p: Progress, stop: str, interrupted: str = "") -> dict:

@@ -8,9 +8,11 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from mt.batching import BatchStream, Pairs, make_batch
-from mt.compute import forward_multiply_adds, training_multiply_adds
+from mt.batching import BatchStream, Pairs, make_batch, source_batch
+from mt.compute import forward_multiply_adds, search_multiply_adds, training_multiply_adds
 from mt.config import ModelConfig
+from mt.decode import search
+from mt.decode_config import DecodeConfig
 from mt.loss import batch_loss
 from mt.model import Seq2Seq
 from mt.output_pieces import target_pieces
@@ -54,3 +56,16 @@ def test_the_card_records_the_trainings_multiply_adds(trained):
     run, _ = trained
     training = json.loads((run / "card.json").read_text())["training"]
     assert training["multiply_adds"] > 0 and isinstance(training["multiply_adds"], float)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_searchs_multiply_adds_are_what_torchs_flop_counter_counts(beam):
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, d_ff=64, n_heads=4, encoder_layers=2, decoder_layers=1, dropout=0.0)
+    model = Seq2Seq(cfg, 50).eval()
+    src, src_mask = source_batch([[5, 6, 7, 8, 9, 10]])
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        (best, *_), *_ = search(model, src, src_mask, DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=6))
+    assert len(best.tokens) == 6  # cut at the limit: 6 steps, none of them eos
+    expected = search_multiply_adds(cfg, 50, torch.tensor([6]), torch.tensor([5]), beam)  # 6 steps
+    assert counter.get_total_flops() == 2 * expected

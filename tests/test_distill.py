@@ -9,9 +9,11 @@ import json
 import re
 
 import pytest
+import torch
 from conftest import ROOT, run_main, sets
 
 from mt import distill as distill_module
+from mt.compute import search_multiply_adds
 from mt.config import load_config
 from mt.data import load_split
 from mt.distill import distill
@@ -52,6 +54,12 @@ def test_a_small_teachers_corpus_is_its_models_search_line_by_line_and_found_aga
         assert (folder / f"{split}.en").read_text().splitlines() == held_out and len(held_out) == 5
     record = json.loads((folder / "teacher.json").read_text())
     assert record["sha256"] == [file_sha256(small_teacher.run / "best.pt")] and record["decode"]["beam"] == 2
+    lengths = [torch.tensor([len(ids) for ids in tokenizer.encode(x)]) for x in (sources, expected)]
+    assert record["translate_multiply_adds"] == search_multiply_adds(
+        model.cfg, model.output_size, *lengths, 2
+    )
+    teacher_card = json.loads((small_teacher.run / "card.json").read_text())["training"]
+    assert record["pipeline_multiply_adds"] == teacher_card["multiply_adds"] > 0
     assert distill(small_teacher, tmp_path / "out") == folder and not list(folder.glob("*.partial"))
 
 
@@ -157,6 +165,11 @@ def test_a_student_records_its_teacher(teacher_run, tmp_path):
         file_sha256(teacher_run[0] / "best.pt")
     ]
     assert teacher["translate_s"] >= 0 and teacher["references"] is True
+    training = json.loads((tmp_path / "student" / "card.json").read_text())["training"]
+    assert training["pipeline_multiply_adds"] == pytest.approx(
+        training["multiply_adds"] + teacher["pipeline_multiply_adds"] + teacher["translate_multiply_adds"]
+    )
+    assert teacher["translate_multiply_adds"] > 0 and teacher["pipeline_multiply_adds"] > 0
 
 
 @pytest.mark.slow

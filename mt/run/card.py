@@ -54,9 +54,15 @@ def update_card(run_dir: str | Path, **sections) -> dict:
     return card
 
 
-def training_record(t: TrainConfig, p: Progress, stopped: str, multiply_adds: float | None = None) -> dict:
-    """The card's account of the training: its counters, speed, compute (mt.compute; None where it
-    cannot be counted), best validation and why it stopped."""
+def training_record(
+    t: TrainConfig,
+    p: Progress,
+    stopped: str,
+    multiply_adds: float | None = None,
+    pipeline: float | None = None,
+) -> dict:
+    """The card's account of the training: its counters, speed, compute (its own and its pipeline's,
+    mt.compute; None where it cannot be counted), best validation and why it stopped."""
     return {
         "steps": p.step,
         "epochs": p.epoch,
@@ -64,6 +70,7 @@ def training_record(t: TrainConfig, p: Progress, stopped: str, multiply_adds: fl
         "train_s": round(p.train_seconds, 1),
         "tokens_per_s": round(p.tokens / max(p.train_seconds, 1e-9), 1),
         "multiply_adds": multiply_adds,
+        "pipeline_multiply_adds": pipeline,
         "best_step": p.best_step,
         "best_metric": t.best_metric,
         **{f"best_val_{key}": p.best.get(key) for key in BEST_METRICS},

@@ -122,6 +122,7 @@ class Training:
     train_s: float | None = None
     tokens_per_s: float = None
     multiply_adds: float | None = None  # the training's matmuls, forward and backward (mt.compute)
+    pipeline_multiply_adds: float | None = None  # and a distilled corpus's teacher's (mt.compute)
     best_step: int | None = None
     best_metric: str = None
     best_val_bleu: float | None = None
@@ -201,6 +202,9 @@ class Teacher:
     name: str  # the decoding, as an evaluation is named (train-beam5)
     translate_s: float = None
     references: bool = False  # the original pairs follow the teacher's (absent before --with-references)
+    # mt.compute: the teacher's runs' pipelines (their cards'), and its translating of the sources
+    pipeline_multiply_adds: float | None = None
+    translate_multiply_adds: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
