@@ -2,9 +2,11 @@
 the matmuls of an update, and over exactly the batches a training consumed."""
 
 import json
+import sys
 
 import pytest
 import torch
+from conftest import ROOT
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -69,3 +71,18 @@ def test_a_searchs_multiply_adds_are_what_torchs_flop_counter_counts(beam):
     assert len(best.tokens) == 6  # cut at the limit: 6 steps, none of them eos
     expected = search_multiply_adds(cfg, 50, torch.tensor([6]), torch.tensor([5]), beam)  # 6 steps
     assert counter.get_total_flops() == 2 * expected
+
+
+@pytest.mark.slow
+def test_a_runs_compute_counted_again_from_last_pt_is_its_cards(trained):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from run_compute import run_compute
+
+    run, _ = trained
+    card = json.loads((run / "card.json").read_text())["training"]
+    assert run_compute(str(run)) == {
+        "run": str(run),
+        "steps": 4,
+        "epochs": card["epochs"],
+        "multiply_adds": card["multiply_adds"],
+    }
