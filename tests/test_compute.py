@@ -74,11 +74,11 @@ def test_a_searchs_multiply_adds_are_what_torchs_flop_counter_counts(beam):
 
 
 @pytest.mark.slow
-def test_a_runs_compute_counted_again_from_last_pt_is_its_cards(trained):
+def test_a_runs_compute_counted_again_from_last_pt_or_its_config_is_its_cards(trained):
     sys.path.insert(0, str(ROOT / "scripts"))
-    from run_compute import run_compute
+    from run_compute import config_compute, run_compute
 
-    run, _ = trained
+    run, overrides = trained
     card = json.loads((run / "card.json").read_text())["training"]
     assert run_compute(str(run)) == {
         "run": str(run),
@@ -86,3 +86,5 @@ def test_a_runs_compute_counted_again_from_last_pt_is_its_cards(trained):
         "epochs": card["epochs"],
         "multiply_adds": card["multiply_adds"],
     }
+    counted = config_compute(str(ROOT / "configs/toy.yaml"), 4, overrides)  # untrained, the same batches
+    assert counted["multiply_adds"] == card["multiply_adds"] and counted["epochs"] == card["epochs"]
