@@ -114,6 +114,15 @@ class Pairs:
     def __len__(self) -> int:
         return self.src_len.numel()
 
+    def both_directions(self) -> Pairs:
+        """These pairs, then each reversed (target -> source): a copy in memory, twice the pairs."""
+        return Pairs.of(
+            torch.cat([self.src, self.tgt]),
+            torch.cat([self.tgt, self.src]),
+            torch.cat([self.src_len, self.tgt_len]),
+            torch.cat([self.tgt_len, self.src_len]),
+        )
+
     def subset(self, rows: Tensor) -> Pairs:
         """The pairs `rows` (R,), in that order, with their ids copied end to end."""
         src_len, tgt_len = gather_rows(self.src_len, rows), gather_rows(self.tgt_len, rows)  # (R,)

@@ -58,10 +58,14 @@ def search_multiply_adds(
     return float((once + beam * steps - (beam - 1) * first).sum())
 
 
-def pipeline_multiply_adds(own: float | None, teacher: dict) -> float | None:
-    """A run's training, plus for a student of a distilled corpus its teacher's pipeline and its
-    translating (the card's `teacher`, from teacher.json); None where a part was never counted."""
-    if not teacher:
-        return own
-    parts = [own, teacher.get("pipeline_multiply_adds"), teacher.get("translate_multiply_adds")]
+def pipeline_multiply_adds(own: float | None, inherited: list[float | None]) -> float | None:
+    """A run's training plus what it was built on (a parent's pipeline, a teacher's pipeline and its
+    translating); None where a part was never counted."""
+    parts = [own, *inherited]
     return None if None in parts else sum(parts)
+
+
+def card_pipeline(card: dict) -> float | None:
+    """A run's pipeline multiply-adds from its card: None where it was never counted."""
+    training = card.get("training", {})
+    return training.get("pipeline_multiply_adds", training.get("multiply_adds"))

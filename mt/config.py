@@ -61,6 +61,9 @@ class DataConfig:
     # binarized bpe_views times so sampled, and epoch e trains on view e mod bpe_views. 0 = off
     bpe_dropout: float = within(0.0, 0.0, 0.9)
     bpe_views: int = within(8, 1)
+    # training only: each pair also reversed, target to source (BiT, Ding et al. 2021), so the model
+    # learns both directions; a later run starts from it with train.init_from and trains forward only
+    both_directions: bool = False
     clean: CleanConfig = CleanConfig()
 
 

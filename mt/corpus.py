@@ -321,6 +321,13 @@ def cleaning_report(folder: Path, removed_copy: Path) -> dict:
 # ---- the corpus in memory ------------------------------------------------------------------------------
 
 
+def training_pairs(cfg: DataConfig, folder: Path) -> Pairs:
+    """What training reads of a folder that `prepare` made: its pairs, and with data.both_directions
+    each of them reversed after them."""
+    pairs = load(folder)
+    return pairs.both_directions() if cfg.both_directions else pairs
+
+
 def load(folder: Path) -> Pairs:
     """Memory-map the pairs of a folder that `prepare` made (checked there)."""
     meta = json.loads((folder / "meta.json").read_text())

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from mt.compute import search_multiply_adds
+from mt.compute import card_pipeline, search_multiply_adds
 from mt.data import downloads_dir, load_split
 from mt.decode_config import evaluation_name
 from mt.ensemble import Ensemble
@@ -105,8 +105,7 @@ def teacher_compute(t: Translator, sources: list[str], translations: list[str]) 
     """teacher.json's compute (mt.compute): the pipelines of the teacher's runs, from their cards (None
     where one was never counted), and its translating of the sources, each of an ensemble's models
     counted over the same outputs."""
-    pipelines = [(read_card(run) or {}).get("training", {}) for run in [t.run, *map(Path, t.ensemble)]]
-    pipelines = [p.get("pipeline_multiply_adds", p.get("multiply_adds")) for p in pipelines]
+    pipelines = [card_pipeline(read_card(run)) for run in [t.run, *map(Path, t.ensemble)]]
     models = t.searcher.models if isinstance(t.searcher, Ensemble) else [t.model]
     src_len, out_len = (
         torch.tensor([len(ids) for ids in t.tokenizer.encode(lines)]) for lines in (sources, translations)

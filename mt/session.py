@@ -16,16 +16,16 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mt import corpus, distributed
 from mt.batching import BatchStream, Pairs
-from mt.compute import pipeline_multiply_adds, training_multiply_adds
+from mt.compute import card_pipeline, pipeline_multiply_adds, training_multiply_adds
 from mt.config import RunConfig
 from mt.data import load_split
 from mt.errors import WriteError
 from mt.model import Seq2Seq, count_parameters
 from mt.output_pieces import target_pieces
 from mt.run import checkpoint, folder
-from mt.run.card import training_record, update_card
+from mt.run.card import read_card, training_record, update_card
 from mt.run.folder import MetricsLog
-from mt.run.parent import Parent, parent_of, shared_tokenizer, teacher_of
+from mt.run.parent import Parent, parent_of, parse_init_from, shared_tokenizer, teacher_of
 from mt.run.provenance import code_version, config_section, hardware
 from mt.run.records import Progress
 from mt.run.resume import Resumed, restore
@@ -88,7 +88,7 @@ def training_corpus(
     views = range(1, cfg.data.bpe_views + 1) if cfg.data.bpe_dropout else [0]
     folders = [str(corpus.prepare(cfg.data, tokenizer, pairs, v)) for v in views] if ranks.main else None
     folders = [Path(folder) for folder in distributed.from_main(folders, ranks)]
-    return [corpus.load(folder) for folder in folders], folders
+    return [corpus.training_pairs(cfg.data, folder) for folder in folders], folders
 
 
 def validation_lines(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[list[str], list[str]] | None:
@@ -304,12 +304,15 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
 
 
 def compute(s: Session) -> tuple[float, float | None]:
-    """The training's multiply-adds, and its pipeline's: with a distilled corpus's teacher's
-    (mt.compute)."""
-    own = training_multiply_adds(
-        s.cfg.model, s.model.output_size, s.stream, s.progress.epoch, s.progress.batch_index
-    )
-    return own, pipeline_multiply_adds(own, teacher_of(s.cfg).get("teacher", {}))
+    """The training's multiply-adds, and its pipeline's: with those of train.init_from's run and of a
+    distilled corpus's teacher (mt.compute)."""
+    p = s.progress
+    own = training_multiply_adds(s.cfg.model, s.model.output_size, s.stream, p.epoch, p.batch_index)
+    teacher = teacher_of(s.cfg).get("teacher", {})
+    inherited = [teacher.get(k) for k in ("pipeline_multiply_adds", "translate_multiply_adds") if teacher]
+    if s.cfg.train.init_from:
+        inherited.append(card_pipeline(read_card(parse_init_from(s.cfg.train.init_from)[0])))
+    return own, pipeline_multiply_adds(own, inherited)
 
 
 def summary(p: Progress, stop: str, interrupted: str = "") -> dict:

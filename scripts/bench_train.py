@@ -77,7 +77,8 @@ def bench_pairs(cfg, steps: int) -> tuple[Pairs, int, torch.Tensor]:
         pairs = Pairs.of(*synthetic.piece_pairs(n, vocab_size, cfg.train.seed))
     else:
         tokenizer, total, _ = corpus.learn_tokenizer(cfg)  # what `mt train` does: BPE, binarized pairs
-        pairs, vocab_size = corpus.load(corpus.prepare(cfg.data, tokenizer, total)), tokenizer.vocab_size
+        pairs = corpus.training_pairs(cfg.data, corpus.prepare(cfg.data, tokenizer, total))
+        vocab_size = tokenizer.vocab_size
     plan = epoch_plan(pairs.src_len, pairs.tgt_len, cfg.train.max_tokens, cfg.train.seed, 1)
     rows = torch.cat([plan.rows(j) for j in range(min(steps, len(plan)))])
     return pairs.subset(rows), vocab_size, target_pieces([pairs.tgt], vocab_size)

@@ -30,7 +30,9 @@ def run_compute(run: str) -> dict:
     cfg, tokenizer, model = load_run(run, "last")
     progress = progress_of(load_checkpoint(f"{run}/last.pt"))
     views = range(1, cfg.data.bpe_views + 1) if cfg.data.bpe_dropout else [0]
-    pairs = [corpus.load(corpus.prepare(cfg.data, tokenizer, None, view)) for view in views]
+    pairs = [
+        corpus.training_pairs(cfg.data, corpus.prepare(cfg.data, tokenizer, None, view)) for view in views
+    ]
     stream = BatchStream(pairs, cfg.train.max_tokens, cfg.train.seed)
     macs = training_multiply_adds(cfg.model, model.output_size, stream, progress.epoch, progress.batch_index)
     return {"run": run, "steps": progress.step, "epochs": progress.epoch, "multiply_adds": macs}
@@ -40,7 +42,9 @@ def config_compute(path: str, steps: int, overrides: list[str]) -> dict:
     cfg = load_config(path, overrides)
     tokenizer, pairs, _ = corpus.learn_tokenizer(cfg)
     views = range(1, cfg.data.bpe_views + 1) if cfg.data.bpe_dropout else [0]
-    corpora = [corpus.load(corpus.prepare(cfg.data, tokenizer, pairs, view)) for view in views]
+    corpora = [
+        corpus.training_pairs(cfg.data, corpus.prepare(cfg.data, tokenizer, pairs, view)) for view in views
+    ]
     output_size = tokenizer.vocab_size
     if cfg.model.output_pieces == "target":
         output_size = len(target_pieces([c.tgt for c in corpora], tokenizer.vocab_size))

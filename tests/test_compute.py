@@ -88,3 +88,13 @@ def test_a_runs_compute_counted_again_from_last_pt_or_its_config_is_its_cards(tr
     }
     counted = config_compute(str(ROOT / "configs/toy.yaml"), 4, overrides)  # untrained, the same batches
     assert counted["multiply_adds"] == card["multiply_adds"] and counted["epochs"] == card["epochs"]
+
+
+def test_both_directions_adds_each_pair_reversed_and_training_reads_them():
+    pairs = Pairs.from_ids([[5, 6, 7], [8]], [[9, 10], [11, 12, 13]])
+    both = pairs.both_directions()
+    rows = [both.batch(torch.tensor([i])) for i in range(4)]
+    sources = [r.src[0][r.src_mask[0]].tolist()[:-1] for r in rows]  # without eos
+    targets = [r.tgt_out[0][r.tgt_out[0] != 0].tolist()[:-1] for r in rows]
+    assert sources == [[5, 6, 7], [8], [9, 10], [11, 12, 13]]
+    assert targets == [[9, 10], [11, 12, 13], [5, 6, 7], [8]]

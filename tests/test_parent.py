@@ -68,6 +68,11 @@ def test_a_child_starts_from_its_parents_weights_and_keeps_its_tokenizer(trained
         "sha256": sha256(parent / "last.pt"),
     }
     assert first["lr"] == pytest.approx(1e-3 / cfg.train.warmup_steps)  # its own schedule, from step 1
+    training = read_card(child)["training"]  # its compute, and its pipeline's with the parent's (mt.compute)
+    assert (
+        training["pipeline_multiply_adds"]
+        == training["multiply_adds"] + read_card(parent)["training"]["multiply_adds"]
+    )
 
 
 @pytest.mark.slow

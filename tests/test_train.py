@@ -358,3 +358,16 @@ def test_precision_auto_is_saved_as_asked_and_carded_as_it_ran(tiny_config, tmp_
     train(tiny_config("train.max_steps=2", "train.precision=auto"), run)
     assert json.loads((run / "card.json").read_text())["precision"] == ("bf16" if native else "fp32")
     assert "  precision: auto\n" in (run / "config.yaml").read_text()
+
+
+def test_both_directions_trains_on_the_reversed_pairs_too(tiny_config, tmp_path):
+    """With data.both_directions an epoch holds twice the pairs, and a target-only output layer scores
+    the source side's pieces too (they are targets now)."""
+    once = train(tiny_config("train.max_steps=40"), tmp_path / "once")
+    both = train(tiny_config("train.max_steps=40", "data.both_directions=true"), tmp_path / "both")
+    assert (once["epoch"], both["epoch"]) == (3, 2)  # an epoch of 15 updates, then of 30
+    run = tmp_path / "pieces"
+    train(tiny_config("train.max_steps=1", "data.both_directions=true", "model.output_pieces=target"), run)
+    one_way = tmp_path / "one-way"
+    train(tiny_config("train.max_steps=1", "model.output_pieces=target"), one_way)
+    assert len(weights(run / "last.pt")["output.ids"]) > len(weights(one_way / "last.pt")["output.ids"])
