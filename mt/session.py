@@ -305,13 +305,17 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
 
 def compute(s: Session) -> tuple[float, float | None]:
     """The training's multiply-adds, and its pipeline's: with those of train.init_from's run and of a
-    distilled corpus's teacher (mt.compute)."""
+    distilled corpus's teacher, its translating and its own pipeline (once, where the teacher is the
+    parent: self-distillation); mt.compute."""
     p = s.progress
     own = training_multiply_adds(s.cfg.model, s.model.output_size, s.stream, p.epoch, p.batch_index)
     teacher = teacher_of(s.cfg).get("teacher", {})
-    inherited = [teacher.get(k) for k in ("pipeline_multiply_adds", "translate_multiply_adds") if teacher]
-    if s.cfg.train.init_from:
-        inherited.append(card_pipeline(read_card(parse_init_from(s.cfg.train.init_from)[0])))
+    inherited = [teacher.get("translate_multiply_adds")] if teacher else []
+    parent = parse_init_from(s.cfg.train.init_from)[0] if s.cfg.train.init_from else None
+    if parent:
+        inherited.append(card_pipeline(read_card(parent)))
+    if teacher and not (parent and parent.resolve() == Path(teacher["run"]).resolve()):  # counted once
+        inherited.append(teacher.get("pipeline_multiply_adds"))
     return own, pipeline_multiply_adds(own, inherited)
 
 

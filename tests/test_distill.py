@@ -194,3 +194,23 @@ def test_mt_distill_refuses_a_teacher_ensemble_with_another_tokenizer(teacher_ru
         f"share one tokenizer (train them with tokenizer.from_run: {teacher_run[0]})\n"
     )
     assert not list(tmp_path.glob("run-*"))  # refused before anything is written
+
+
+@pytest.mark.slow
+def test_self_distillation_counts_the_teachers_training_once(teacher_run, tmp_path):
+    """A run that goes on from its teacher on its teacher's translations (train.init_from the teacher):
+    its pipeline is its own training, the teacher's and the translating, the teacher's counted once."""
+    folder = distill(Translator.from_run(teacher_run[0], device="cpu"), tmp_path, references=True)
+    overrides = [
+        *teacher_run[1],
+        f"data.dir={folder}",
+        f"train.init_from={teacher_run[0]}",
+        "train.max_steps=4",
+    ]
+    train(load_config(ROOT / "configs/toy.yaml", overrides), tmp_path / "next")
+    card = json.loads((tmp_path / "next" / "card.json").read_text())
+    teacher = json.loads((teacher_run[0] / "card.json").read_text())["training"]
+    training = card["training"]
+    assert training["pipeline_multiply_adds"] == pytest.approx(
+        training["multiply_adds"] + teacher["multiply_adds"] + card["teacher"]["translate_multiply_adds"]
+    )
