@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 SEED_KEY = "train.seed"
+TUNED_KEYS = ("decode.beam", "decode.length_penalty", "decode.n_best")  # what mt tune writes (with_setting)
 P_THRESHOLD = 0.05
 RESAMPLES = 1000
 
@@ -42,9 +43,11 @@ def grouped(items: list, key) -> list[list]:
     return list(groups.values())
 
 
-def without_seed(config: dict) -> tuple:
-    """A flattened config's items other than train.seed: what runs of one config's seeds share."""
-    return tuple(sorted((k, repr(v)) for k, v in config.items() if k != SEED_KEY))
+def without_seed(config: dict, tuned: bool = False) -> tuple:
+    """A flattened config's items other than train.seed, and for a tuned run (`mt tune`) the decoding
+    it chose: what runs of one config's seeds share."""
+    skip = {SEED_KEY, *(TUNED_KEYS if tuned else ())}
+    return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in skip))
 
 
 def group_label(labels: list[str]) -> str:
@@ -162,9 +165,10 @@ def two_sided_p(t: float, df: float) -> float:
 
 
 def seed_groups(runs: list) -> list[list]:
-    """mt.report's comparable rows grouped by config without train.seed and by the evaluation shown
-    (RUN@SETTING's two rows of one run stay apart)."""
-    return grouped(runs, lambda run: (without_seed(run.config), run.setting))
+    """mt.report's comparable rows grouped by config without train.seed (nor, for tuned runs, the
+    decoding each seed's tuning chose) and by the evaluation shown (RUN@SETTING's two rows of one run
+    stay apart)."""
+    return grouped(runs, lambda run: (without_seed(run.config, "tuning" in run.card), run.setting))
 
 
 def groups_section(groups: list[list], metrics: list, tokenizer: str) -> list[str]:

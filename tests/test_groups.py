@@ -120,15 +120,26 @@ def test_one_seed_each_counts_the_sentences_only_and_one_seed_borrows_the_others
     assert same.delta == 0.0 and same.p == 1.0
 
 
-def test_groups_are_configs_without_the_seed_and_keep_settings_apart():
-    def run(label, seed, lr, setting="test-tuned"):
-        return SimpleNamespace(label=label, config={"train.seed": seed, "train.lr": lr}, setting=setting)
+def test_groups_are_configs_without_the_seed_nor_tuned_decoding_and_keep_settings_apart():
+    def run(label, seed, lr, setting="test-tuned", beam=1, tuned=True):
+        config = {"train.seed": seed, "train.lr": lr, "decode.beam": beam}
+        return SimpleNamespace(
+            label=label, config=config, setting=setting, card={"tuning": {}} if tuned else {}
+        )
 
-    runs = [run("a-seed1", 1, 1), run("b", 1, 2), run("a-seed2", 2, 1), run("a-seed1@test", 1, 1, "test")]
+    runs = [
+        run("a-seed1", 1, 1),
+        run("b", 1, 2),
+        run("a-seed2", 2, 1, beam=5),
+        run("a-seed1@test", 1, 1, "test"),
+    ]
+    runs += [run("c-seed1", 1, 3, tuned=False), run("c-seed2", 2, 3, beam=5, tuned=False)]  # beams as asked
     assert [[r.label for r in g] for g in seed_groups(runs)] == [
-        ["a-seed1", "a-seed2"],
+        ["a-seed1", "a-seed2"],  # each seed's tuning chose its own beam
         ["b"],
         ["a-seed1@test"],
+        ["c-seed1"],
+        ["c-seed2"],
     ]
     assert group_label(["a-seed1", "a-seed2"]) == "a" and group_label(["x", "y-seed2"]) == "x, y-seed2"
 
