@@ -56,7 +56,7 @@ def test_every_key_damaged_is_read_or_refused_in_one_line(workspace, reader):
     no field); the random damage above draws."""
     valid, read = READERS[reader]
     cases = STRUCTURED[reader](valid(workspace))
-    with mock.patch("mt.report.plot_curves", lambda runs, path: curve_points(runs)):
+    with mock.patch("mt.report.plot_curves", lambda runs, path, groups=(): curve_points(runs)):
         outcomes = {what: read(workspace, data) for what, data in cases}
     failures = [f"{what}: {o.problem()}" for what, o in outcomes.items() if o.problem()]
     assert failures == [], f"{reader}: {len(failures)} of {len(cases)} cases: {failures[:5]}"
