@@ -272,7 +272,7 @@ def summary(row: dict, results: list[dict], extra: dict, device: torch.device) -
         "warm_s": round(last["warm_s"], 1),
         "graphs": last.get("graphs"),
         "graph_breaks": last.get("graph_breaks"),
-        "tflops": round(tflops, 3),
+        "tflops": float(f"{tflops:.4g}"),  # significant digits: a tiny model runs at 0.000x
         "mfu": None if top is None else round(tflops / top, 4),
         "of_probe": round(tflops / extra["probe_tflops"], 4) if "probe_tflops" in extra else None,
         "peak_gpu_gib": last["peak_gpu_gib"] and round(last["peak_gpu_gib"], 2),
