@@ -223,11 +223,16 @@ def _spread(values: list) -> str:
     )
 
 
+def p_text(p: float | None) -> str:
+    """A p-value as a report's cell shows it, starred below P_THRESHOLD; "–" where none is tested."""
+    if p is None:
+        return "–"
+    return f"{p:.4f}" + (" *" if p < P_THRESHOLD else "")
+
+
 def _p(test: dict | None, key: str) -> str:
     """A row's p-value cell: none for the first group, which the others are tested against."""
-    if test is None:
-        return "–"
-    return f"{test[key].p:.4f}" + (" *" if test[key].p < P_THRESHOLD else "")
+    return p_text(None if test is None else test[key].p)
 
 
 def _verdict(label: str, test: GroupTest) -> str:

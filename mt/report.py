@@ -25,7 +25,7 @@ from mt.curves import plot_curves
 from mt.decode_config import evaluation_name
 from mt.errors import ConfigError, RunDirError
 from mt.files import write_text
-from mt.groups import P_THRESHOLD, groups_section, label_of, seed_groups
+from mt.groups import P_THRESHOLD, groups_section, label_of, p_text, seed_groups
 from mt.metrics import HEADLINE, METRICS, Metric, improves, signature_tokenizer
 from mt.run.card import read_card
 from mt.run.folder import read_metrics
@@ -195,10 +195,7 @@ def _fmt(value, spec: str = ".2f", missing: str = "–") -> str:
     return missing if value is None else format(value, spec)
 
 
-def _p(p: float | None) -> str:
-    if p is None:
-        return "–"
-    return f"{p:.4f}" + (" *" if p < P_THRESHOLD else "")
+_p = p_text  # the one p-value cell (mt.groups)
 
 
 def _verdict(metric: Metric, base: float, score: float, ci: float, p: float) -> str:
