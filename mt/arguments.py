@@ -10,7 +10,7 @@ import difflib
 
 from mt import __version__
 from mt.decode_config import QUANTIZATIONS, TUNE_BEAMS, TUNE_LENGTH_PENALTIES, DecodeConfig
-from mt.schema import fields_of
+from mt.plumbing.schema import fields_of
 from mt.serving.limits import ServeLimits
 
 

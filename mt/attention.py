@@ -16,9 +16,9 @@ from mt.batching import make_batch, source_batch
 from mt.data import normalize
 from mt.decode import search
 from mt.decode_config import DecodeConfig
-from mt.files import write_figure
 from mt.model import Seq2Seq, decoder_self_mask
-from mt.script import starts_word
+from mt.plumbing.files import write_figure
+from mt.plumbing.script import starts_word
 from mt.tokenizer import PAD, Tokenizer
 
 
@@ -75,7 +75,7 @@ def attention_maps(
 
 def word_starts(pieces: list[str]) -> list[int]:
     """Each piece's word: a piece that starts with ▁ starts a word (the first always does), and so does
-    a piece that begins or follows a character of a script without spaces (mt.script): in Chinese or
+    a piece that begins or follows a character of a script without spaces (mt.plumbing.script): in Chinese or
     Japanese text the tokenizer's pieces are the words."""
     words, out = -1, []
     for i, piece in enumerate(pieces):

@@ -51,7 +51,7 @@ class Batch:
 
 
 def gather_rows(values: Tensor, index: Tensor) -> Tensor:
-    """values[index] as int64. A uint16 array (mt.corpus) is read through an int16 view of the same
+    """values[index] as int64. A uint16 array (mt.training.corpus) is read through an int16 view of the same
     bits, the mask undoing the sign: torch 2.4 has no indexing kernel for uint16."""
     if values.dtype == torch.uint16:
         return values.view(torch.int16)[index].long() & 0xFFFF
@@ -92,7 +92,7 @@ def _flat(seqs: list[list[int]]) -> tuple[Tensor, Tensor]:
 @dataclass
 class Pairs:
     """Token-id pairs, flat per side, with per-pair lengths and start offsets: in memory (`from_ids`),
-    or memory-mapped from the binarized training corpus (mt.corpus.load)."""
+    or memory-mapped from the binarized training corpus (mt.training.corpus.load)."""
 
     src: Tensor  # (source tokens,) uint16 or int32
     tgt: Tensor  # (target tokens,)

@@ -1,10 +1,9 @@
-"""`mt train | translate | evaluate | score | report | average | export | serve | attention`: the
-command line (its grammar is mt.arguments'). Every command that uses a trained run opens it with the
-Python API (mt.translator's `Translator`). It imports torch only inside the commands, so `mt --help`
-and `mt --version` are quick.
+"""The command line: each of `mt --help`'s commands run (their grammar is mt.arguments'). Every
+command that uses a trained run opens it with the Python API (mt.translator's `Translator`). It
+imports torch only inside the commands, so `mt --help` and `mt --version` are quick.
 
-User-fixable problems (mt.errors' UserError: config, data, run directory, server) print one line and
-exit with code 2; `--debug` shows the traceback instead. Every command that writes a file says where.
+User-fixable problems (mt.plumbing.errors' UserError: config, data, run directory, server) print one
+line and exit with code 2; `--debug` shows the traceback instead. Every command that writes a file says where.
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ from pathlib import Path
 from mt.arguments import build_parser, one_line, parse
 from mt.config import load_config
 from mt.decode_config import COMMAND_LINE, DecodeConfig
-from mt.errors import ConfigError, DataError, RunDirError, UserError
-from mt.files import write_stdout, write_text
+from mt.plumbing.errors import ConfigError, DataError, RunDirError, UserError
+from mt.plumbing.files import write_stdout, write_text
 from mt.serving.limits import ServeLimits
 
 log = logging.getLogger("mt")
@@ -49,8 +48,8 @@ EXIT_ON_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}  # the shell's 128 + signal num
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from mt.distributed import stop
     from mt.train import train
+    from mt.training.distributed import stop
 
     overrides = [*args.set, *([f"train.init_from={args.init_from}"] if args.init_from else [])]
     cfg = load_config(args.config, overrides)
@@ -234,8 +233,8 @@ def _exit_code(e: Exception) -> int | None:
     """2 for input the user can fix, 1 for training that cannot go on, None for a bug."""
     if isinstance(e, UserError):
         return 2
-    from mt.distributed import RankFailure  # imports torch: only on this path
     from mt.train import TrainingError
+    from mt.training.distributed import RankFailure  # imports torch: only on this path
 
     return 1 if isinstance(e, (TrainingError, RankFailure)) else None
 

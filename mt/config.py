@@ -15,25 +15,26 @@ from typing import Any
 
 import yaml
 
-from mt.config_yaml import apply_overrides, read_with_bases, read_yaml
 from mt.decode_config import DecodeConfig, decoding
-from mt.errors import ConfigError
-from mt.files import write_text
 from mt.metrics import BEST_METRICS, BLEU_TOKENIZERS, bleu_tokenizer
-from mt.schema import Mismatch, build, choice, within
+from mt.plumbing.config_yaml import apply_overrides, read_with_bases, read_yaml
+from mt.plumbing.errors import ConfigError
+from mt.plumbing.files import write_text
+from mt.plumbing.schema import Mismatch, build, choice, within
 
 
 @dataclass(frozen=True)
 class CleanConfig:
-    """Rules for the training pairs, applied while binarizing (mt.corpus). Pairs with an empty side or
-    more than data.max_len pieces are always dropped; these rules come on top."""
+    """Rules for the training pairs, applied while binarizing (mt.training.corpus). Pairs with an empty
+    side or more than data.max_len pieces are always dropped; these rules come on top."""
 
     apply: str = choice("auto", "auto", "always", "never")  # auto: `files` corpora (Multi30k is clean)
     # longer side / shorter side, in pieces, above which a pair goes (Multi30k: 26 of 29,000); 0 = off
     max_ratio: float = within(2.0, 0.0)
     duplicates: bool = True  # a pair seen earlier in the corpus (same text on both sides)
     copies: bool = True  # source equal to target
-    languages: bool = True  # a side in the other side's language, told by the val files' words (mt.clean)
+    # a side in the other side's language, told by the val files' words (mt.training.clean)
+    languages: bool = True
     leaks: bool = True  # a source or target that is a line of the val or test files
 
 
@@ -71,7 +72,7 @@ class DataConfig:
 class TokenizerConfig:
     vocab_size: int = within(8000, 16)
     # 0 = auto: 0.9995 for a rich character set (> 1,000 distinct Han/kana/Hangul in the BPE sample),
-    # sentencepiece's advice for Chinese and Japanese; else 1.0 (mt.script.tokenizer_settings)
+    # sentencepiece's advice for Chinese and Japanese; else 1.0 (mt.plumbing.script.tokenizer_settings)
     character_coverage: float = within(0.0, 0.0, 1.0, resumable=True)  # a resumed run keeps its spm.model
     sample_sentences: int = within(2_000_000, 1000)  # lines (both sides) BPE learns from: a seeded sample
     from_run: str = ""  # a run directory whose spm.model this run uses (no BPE is learned); "" = learn one
@@ -119,32 +120,25 @@ class TrainConfig:
     dist_backend: str = choice("auto", "auto", "nccl", "gloo", resumable=True)
     clip_norm: float = within(1.0, 0.0)  # 0 = no clipping
     accumulate: int = within(1, 1)  # batches per optimizer step
-    patience: int = within(
-        0, 0, resumable=True
-    )  # validations without a best_metric gain before stopping; 0 = off
+    # validations without a best_metric gain before stopping; 0 = off
+    patience: int = within(0, 0, resumable=True)
     # what best.pt and patience follow: a headline metric of mt.metrics in its direction, or val loss down
     best_metric: str = choice("bleu", *BEST_METRICS)
-    keep_last: int = within(
-        0, 0, resumable=True
-    )  # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
-    average_last: int = within(
-        0, 0, resumable=True
-    )  # at the end, write averaged.pt: the mean of the last N kept models
+    # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
+    keep_last: int = within(0, 0, resumable=True)
+    # at the end, write averaged.pt: the mean of the last N kept models
+    average_last: int = within(0, 0, resumable=True)
     valid_every: int = within(500, 1, resumable=True)
     valid_beam: int = within(1, 1)  # beam of validation decoding, which best.pt is best at; fixed for a run
-    tune: bool = field(
-        default=True, metadata=RESUMABLE
-    )  # when training ends, choose decode.beam and length_penalty on val (`mt tune`)
-    save_every: int = within(
-        0, 0, resumable=True
-    )  # also write last.pt every N steps; 0 = at validations only
+    # when training ends, choose decode.beam and length_penalty on val (`mt tune`)
+    tune: bool = field(default=True, metadata=RESUMABLE)
+    # also write last.pt every N steps; 0 = at validations only
+    save_every: int = within(0, 0, resumable=True)
     log_every: int = within(50, 1, resumable=True)
-    tensorboard: bool = (
-        False  # also write metrics.jsonl's rows as TensorBoard scalars (extra: mt[tensorboard])
-    )
-    max_nonfinite: int = within(
-        5, 1, resumable=True
-    )  # updates in a row with a non-finite loss before training stops
+    # also write metrics.jsonl's rows as TensorBoard scalars (extra: mt[tensorboard])
+    tensorboard: bool = False
+    # updates in a row with a non-finite loss before training stops
+    max_nonfinite: int = within(5, 1, resumable=True)
     seed: int = 1
     threads: int = within(0, 0, resumable=True)  # torch CPU threads; 0 = torch's default
     # RUN[@best|last|averaged|FILE]: start from that run's weights and tokenizer, with a fresh optimizer,
@@ -166,9 +160,8 @@ class EvalConfig:
 @dataclass(frozen=True)
 class RunConfig:
     name: str = field(default="run", metadata=RESUMABLE)
-    base: str = field(
-        default="", metadata=RESUMABLE
-    )  # the config file this one extends (YAML key `base:`, relative to the file); "" = none
+    # the config file this one extends (YAML key `base:`, relative to the file); "" = none
+    base: str = field(default="", metadata=RESUMABLE)
     data: DataConfig = DataConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
     model: ModelConfig = ModelConfig()
@@ -203,7 +196,8 @@ ALIASES = {
 
 
 def _typed(raw: Any) -> RunConfig:
-    """A RunConfig from a mapping, every key and value checked (mt.schema); a ConfigError names the key."""
+    """A RunConfig from a mapping, every key and value checked (mt.plumbing.schema); a ConfigError
+    names the key."""
     try:
         return build(RunConfig, raw, "", ALIASES)
     except Mismatch as e:
@@ -312,27 +306,6 @@ def base_config(cfg: RunConfig) -> RunConfig:
 
 def config_to_dict(cfg: RunConfig) -> dict:
     return dataclasses.asdict(cfg)
-
-
-def flatten(raw: dict, prefix: str = "") -> dict[str, Any]:
-    """{"train": {"lr": 1}} -> {"train.lr": 1}."""
-    flat = {}
-    for key, value in raw.items():
-        path = f"{prefix}{key}"
-        flat.update(flatten(value, path + ".") if isinstance(value, dict) else {path: value})
-    return flat
-
-
-def config_differences(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> dict[str, tuple[Any, Any]]:
-    """{"key.path": (old value, new value)} for keys whose values differ; a key or section in
-    `ignore` ("train.max_steps", "decode") is skipped. Keys missing on one side count as None."""
-    a, b = flatten(old), flatten(new)
-    skip = lambda key: any(key == i or key.startswith(i + ".") for i in ignore)  # noqa: E731
-    return {
-        k: (a.get(k), b.get(k))
-        for k in sorted(set(a) | set(b), key=list({**a, **b}).index)
-        if not skip(k) and a.get(k) != b.get(k)
-    }
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:

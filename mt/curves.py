@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from mt.files import write_figure
+from mt.plumbing.files import write_figure
 
 
 def curve_points(runs: list) -> list[tuple[str, dict[tuple[int, int], tuple[list, list]]]]:

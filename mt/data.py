@@ -1,7 +1,7 @@
 """Parallel text: finding (or downloading and verifying) Multi30k, a config's corpus and its splits
 (Multi30k, the generated toy corpus, or the user's `files`), and reading lines: gzip, UTF-8,
 normalised, checked to be line-aligned and non-empty, every problem a one-line DataError naming the
-file. Batches are mt.batching's; the binarized training corpus, mt.corpus's.
+file. Batches are mt.batching's; the binarized training corpus, mt.training.corpus's.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Iterator, Union
 
 from mt.config import DataConfig
-from mt.errors import ConfigError, DataError
-from mt.files import file_sha256, write_bytes, write_failure
 from mt.generated.synthetic import generated_corpus
 from mt.generated.toy import toy_corpus
+from mt.plumbing.errors import ConfigError, DataError
+from mt.plumbing.files import file_sha256, write_bytes, write_failure
 
 log = logging.getLogger(__name__)
 

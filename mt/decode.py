@@ -129,9 +129,8 @@ def greedy_decode(
     cache = model.new_cache() if use_cache else None
     limits = output_limits(src_mask, prefix, cfg, model.cfg.max_positions)  # (B,)
     steps = int(limits.max())
-    out_tokens = torch.full(
-        (B, steps + 1), PAD, dtype=torch.long, device=device
-    )  # (B, 1 + steps) by input row
+    # (B, 1 + steps) by input row
+    out_tokens = torch.full((B, steps + 1), PAD, dtype=torch.long, device=device)
     out_tokens[:, 0] = BOS
     out_logprob = torch.zeros(B, device=device)
     rows = torch.arange(B, device=device)  # input row of each active row
@@ -140,9 +139,8 @@ def greedy_decode(
     for t in range(1, steps + 1):
         step_in = tokens[:, t - 1 : t] if use_cache else tokens[:, :t]  # (b, 1) or (b, t)
         logits, cache = model.decode(step_in, memory, src_mask, cache)  # (b, 1|t, V')
-        last = block_repeats(
-            model.to_pieces(logits[:, -1]).float(), tokens[:, 1:t], cfg.no_repeat_ngram
-        )  # (b, V)
+        # (b, V)
+        last = block_repeats(model.to_pieces(logits[:, -1]).float(), tokens[:, 1:t], cfg.no_repeat_ngram)
         next_token = choose(force_prefix(last, prefix, rows, t), rows)  # (b,)
         best = last.gather(1, next_token[:, None]).squeeze(1)  # (b,)
         logprob += (best - torch.logsumexp(last, dim=-1)).masked_fill(finished, 0.0)  # its log-softmax
@@ -195,9 +193,8 @@ class _Beams:
         self.K, self.k, self.alpha, self.limits = K, 1, alpha, limits  # limits (B,)
         self.steps = int(limits.max())
         self.sentence = torch.arange(B, device=device)  # (B,) input index of each sentence
-        self.tokens = torch.full(
-            (B, self.steps + 1), PAD, dtype=torch.long, device=device
-        )  # (B*k, 1 + steps)
+        # (B*k, 1 + steps)
+        self.tokens = torch.full((B, self.steps + 1), PAD, dtype=torch.long, device=device)
         self.tokens[:, 0] = BOS
         self.scores = torch.zeros(B, 1, device=device)  # (B, k) summed log-probs
         self.done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
@@ -206,12 +203,10 @@ class _Beams:
         self.n_finished = torch.zeros(B, dtype=torch.long, device=device)  # (B,)
         self.fin_tokens = torch.full((B, 2 * K + 1, self.steps), PAD, dtype=torch.long, device=device)
         self.fin_logprob = torch.zeros(B, 2 * K + 1, device=device)
-        self.fin_length = torch.zeros(
-            B, 2 * K + 1, dtype=torch.long, device=device
-        )  # tokens, eos not counted
-        self.fin_step = torch.zeros(
-            B, 2 * K + 1, dtype=torch.long, device=device
-        )  # eos counted: the penalty's length
+        # tokens, eos not counted
+        self.fin_length = torch.zeros(B, 2 * K + 1, dtype=torch.long, device=device)
+        # eos counted: the penalty's length
+        self.fin_step = torch.zeros(B, 2 * K + 1, dtype=torch.long, device=device)
 
     def candidates(self, lprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """lprobs (B*k, V) -> the 2K best (score, beam, token) per sentence, each (B, 2K)."""
@@ -230,9 +225,8 @@ class _Beams:
         n_finished = self.n_finished[self.sentence]  # (B,)
         slot = torch.where(final, n_finished[:, None] + final.cumsum(1) - 1, 2 * self.K)  # (B, 2K)
         rows = beam + self.k * torch.arange(B, device=top.device)[:, None]  # (B, 2K)
-        ids = torch.cat(
-            [self.tokens[rows, 1:t], token.masked_fill(ended, PAD)[..., None]], dim=2
-        )  # (B, 2K, t)
+        # (B, 2K, t)
+        ids = torch.cat([self.tokens[rows, 1:t], token.masked_fill(ended, PAD)[..., None]], dim=2)
         sentence = self.sentence[:, None]  # (B, 1)
         self.fin_tokens[:, :, :t][sentence, slot] = ids
         self.fin_logprob[sentence, slot] = top

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from mt.errors import ConfigError
-from mt.schema import Mismatch, check_value, choice, fields_of, within
+from mt.plumbing.errors import ConfigError
+from mt.plumbing.schema import Mismatch, check_value, choice, fields_of, within
 
 # CTranslate2's types of weights and arithmetic (decode.compute_type); default: the type exported
 COMPUTE_TYPES = (

@@ -27,14 +27,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from mt.compute import card_pipeline, search_multiply_adds
 from mt.data import downloads_dir, load_split
 from mt.decode_config import evaluation_name
 from mt.ensemble import Ensemble
-from mt.errors import DataError
-from mt.files import file_sha256, write_failure, write_text
+from mt.plumbing.errors import DataError
+from mt.plumbing.files import file_sha256, write_failure, write_text
 from mt.run.card import read_card
 from mt.run.parent import TEACHER, read_teacher
+from mt.training.compute import card_pipeline, search_multiply_adds
 from mt.translator import Translator
 
 CHUNK = 1000  # source lines a chunk: sorted into token-budget batches, then appended and flushed
@@ -102,9 +102,9 @@ def distill(t: Translator, root: Path | None = None, references: bool = False) -
 
 
 def teacher_compute(t: Translator, sources: list[str], translations: list[str]) -> dict:
-    """teacher.json's compute (mt.compute): the pipelines of the teacher's runs, from their cards (None
-    where one was never counted), and its translating of the sources, each of an ensemble's models
-    counted over the same outputs."""
+    """teacher.json's compute (mt.training.compute): the pipelines of the teacher's runs, from their
+    cards (None where one was never counted), and its translating of the sources, each of an
+    ensemble's models counted over the same outputs."""
     pipelines = [card_pipeline(read_card(run)) for run in [t.run, *map(Path, t.ensemble)]]
     models = t.searcher.models if isinstance(t.searcher, Ensemble) else [t.model]
     src_len, out_len = (

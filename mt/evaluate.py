@@ -11,14 +11,14 @@ from pathlib import Path
 from mt.config import RunConfig
 from mt.data import load_split, read_parallel
 from mt.decode_config import evaluation_name
-from mt.distributed import resolve_device
-from mt.files import write_text
 from mt.metrics import corpus_scores
 from mt.model import Seq2Seq, count_parameters
+from mt.plumbing.files import write_text
 from mt.run.card import read_card, training_record, update_card
 from mt.run.checkpoint import load_checkpoint
 from mt.run.provenance import code_version, config_section, hardware
 from mt.run.records import progress_of
+from mt.training.distributed import resolve_device
 from mt.translator import Translator
 from mt.tune import decodes_as_tuned
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Callable
 
-from mt.errors import ConfigError
-from mt.script import words
+from mt.plumbing.errors import ConfigError
+from mt.plumbing.script import words
 
 if TYPE_CHECKING:
     from sacrebleu.metrics.base import Metric as SacreMetric
@@ -33,9 +33,9 @@ log = logging.getLogger(__name__)
 
 class RepeatedNgrams:
     """The lines whose translation repeats a word n-gram ("the the the", a phrase repeated up to the
-    length limit): degenerate output, counted so that nobody has to read for it. Words are mt.script's:
-    in Chinese or Japanese text, characters. sacreBLEU's interface: `corpus_score(...).score` and
-    `get_signature()`."""
+    length limit): degenerate output, counted so that nobody has to read for it. Words are
+    mt.plumbing.script's: in Chinese or Japanese text, characters. sacreBLEU's interface:
+    `corpus_score(...).score` and `get_signature()`."""
 
     def __init__(self, n: int):
         self.n = n
@@ -122,14 +122,15 @@ def label(key: str) -> str:
 def corpus_scores(
     hypotheses: list[str],
     *references: list[str],
+    tokenize: str,
     sources: list[str] | None = None,
     metrics=METRICS,
-    tokenize: str = "13a",
 ) -> dict:
     """Each metric's corpus score and signature, the sentence count, and the length ratio
     (hypothesis / reference tokens, BLEU's count, in `tokenize`'s tokens). Each of `references` is one
     reference stream; `sources` (line-aligned) go to the metrics that read them, which are left out
-    without them; `tokenize` is BLEU's tokenizer (`bleu_tokenizer`)."""
+    without them; `tokenize` is BLEU's tokenizer, always named (`bleu_tokenizer` of the target language,
+    a run's `config.bleu_tokenize`): 13a would score Chinese by whole sentences."""
     scores, signatures, ratio = {}, {}, None
     for metric in metrics:
         if metric.reads_sources and sources is None:

@@ -137,9 +137,8 @@ class Attention(nn.Module):
         if N != B:
             q = q.view(B, N // B, H, T, Dh).transpose(1, 2).reshape(B, H, N // B * T, Dh)  # (B, H, G*T, Dh)
         p = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal
-        )  # (B, H, G*T, Dh)
+        # (B, H, G*T, Dh)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
         out = out.view(B, H, N // B, T, Dh).permute(0, 2, 3, 1, 4)  # (B, G, T, H, Dh)
         return self.out_proj(out.reshape(N, T, H * Dh))  # (N, T, D)
 

@@ -20,13 +20,14 @@ from pathlib import Path
 
 from sacrebleu.significance import PairedTest
 
-from mt.config import config_to_dict, flatten, read_saved_config
+from mt.config import config_to_dict, read_saved_config
 from mt.curves import plot_curves
 from mt.decode_config import evaluation_name
-from mt.errors import ConfigError, RunDirError
-from mt.files import write_text
 from mt.groups import P_THRESHOLD, groups_section, label_of, p_text, seed_groups
 from mt.metrics import HEADLINE, METRICS, Metric, improves, signature_tokenizer
+from mt.plumbing.config_yaml import flatten
+from mt.plumbing.errors import ConfigError, RunDirError
+from mt.plumbing.files import write_text
 from mt.run.card import read_card
 from mt.run.folder import read_metrics
 from mt.run.provenance import differing_keys
@@ -354,7 +355,8 @@ def _table(runs: list[Run], tests: dict[str, dict], best: list[Run]) -> list[str
 
 
 def _compute(training: dict) -> str:
-    """A row's training multiply-adds (mt.compute), with its pipeline's where a teacher adds to them."""
+    """A row's training multiply-adds (mt.training.compute), with its pipeline's where a teacher adds
+    to them."""
     own, pipeline = training.get("multiply_adds"), training.get("pipeline_multiply_adds")
     total = f" ({pipeline:.3g} with its teacher)" if pipeline is not None and pipeline != own else ""
     return _fmt(own, ".3g") + total

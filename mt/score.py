@@ -10,8 +10,8 @@ import torch
 from mt.batching import make_batch, token_batches
 from mt.decode import length_penalty
 from mt.decode_config import DecodeConfig
-from mt.errors import DataError
 from mt.model import Seq2Seq
+from mt.plumbing.errors import DataError
 from mt.tokenizer import UNK, Tokenizer
 
 

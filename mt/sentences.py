@@ -1,6 +1,6 @@
 """Input lines that hold several sentences (decode.split_sentences): each line split into sentences,
 the sentences translated as lines of their own, and their translations joined with one space (none
-between Chinese or Japanese sentences: mt.script), so the output stays one line per input line.
+between Chinese or Japanese sentences: mt.plumbing.script), so the output stays one line per input line.
 
 Models trained on single sentences (Multi30k's captions) drop or garble a second sentence on the same
 line. The splitter is sentencex (Wikimedia's, MIT, no dependencies: the optional extra `mt[split]`):
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mt.errors import ConfigError
-from mt.script import join_words
+from mt.plumbing.errors import ConfigError
+from mt.plumbing.script import join_words
 
 Splitter = Callable[[str, str], list[str]]  # (language, line) -> its sentences
 
@@ -46,7 +46,7 @@ def sentences_of(lines: list[str], lang: str, split: Splitter) -> tuple[list[str
 
 def join_texts(texts: list[str]) -> str:
     """A line's sentences' translations as one line, joined by a space, or by nothing between
-    sentences in a script written without spaces (mt.script.join_words: "一只狗。它跑了。"); a
+    sentences in a script written without spaces (mt.plumbing.script.join_words: "一只狗。它跑了。"); a
     sentence translated as nothing leaves no space behind (a line of such sentences is "", not " ")."""
     joined = ""
     for text in texts:

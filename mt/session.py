@@ -14,14 +14,12 @@ from typing import Callable
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from mt import corpus, distributed
 from mt.batching import BatchStream, Pairs
-from mt.compute import card_pipeline, pipeline_multiply_adds, training_multiply_adds
 from mt.config import RunConfig
 from mt.data import load_split
-from mt.errors import WriteError
 from mt.model import Seq2Seq, count_parameters
 from mt.output_pieces import target_pieces
+from mt.plumbing.errors import WriteError
 from mt.run import checkpoint, folder
 from mt.run.card import read_card, training_record, update_card
 from mt.run.folder import MetricsLog
@@ -30,7 +28,9 @@ from mt.run.provenance import code_version, config_section, hardware
 from mt.run.records import Progress
 from mt.run.resume import Resumed, restore
 from mt.tokenizer import Tokenizer
-from mt.validation import Validation, make_validation
+from mt.training import corpus, distributed
+from mt.training.compute import card_pipeline, pipeline_multiply_adds, training_multiply_adds
+from mt.training.validation import Validation, make_validation
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def new_tokenizer(
 
 def joint_bpe(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[Tokenizer, int | None, dict]:
     """Learned once, on rank 0, so that every rank has the very same pieces; the pair count and the
-    settings chosen for the script (rank 0; mt.script.tokenizer_settings)."""
+    settings chosen for the script (rank 0; mt.plumbing.script.tokenizer_settings)."""
     tokenizer, pairs, settings = corpus.learn_tokenizer(cfg) if ranks.main else (None, None, {})
     return Tokenizer(distributed.from_main(tokenizer.proto if tokenizer else None, ranks)), pairs, settings
 
@@ -306,7 +306,7 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
 def compute(s: Session) -> tuple[float, float | None]:
     """The training's multiply-adds, and its pipeline's: with those of train.init_from's run and of a
     distilled corpus's teacher, its translating and its own pipeline (once, where the teacher is the
-    parent: self-distillation); mt.compute."""
+    parent: self-distillation); mt.training.compute."""
     p = s.progress
     own = training_multiply_adds(s.cfg.model, s.model.output_size, s.stream, p.epoch, p.batch_index)
     teacher = teacher_of(s.cfg).get("teacher", {})

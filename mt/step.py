@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from mt import distributed
 from mt.batching import Batch
 from mt.config import TrainConfig
-from mt.distributed import autocast
 from mt.loss import batch_loss
+from mt.training import distributed
+from mt.training.distributed import autocast
 
 
 def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:

@@ -16,9 +16,9 @@ from typing import Iterable, Iterator
 
 import sentencepiece as spm
 
-from mt.errors import ConfigError, RunDirError
-from mt.files import write_bytes
-from mt.script import starts_word
+from mt.plumbing.errors import ConfigError, RunDirError
+from mt.plumbing.files import write_bytes
+from mt.plumbing.script import starts_word
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # sentencepiece's training threads are written into spm.model (its trainer_spec), though not into its
@@ -121,7 +121,7 @@ class Tokenizer:
 
     def starts_word(self, piece_id: int) -> bool:
         """True for pieces that begin a word: sentencepiece's U+2581 prefix, or a first character of a
-        script without spaces (mt.script), where a piece is a word of its own."""
+        script without spaces (mt.plumbing.script), where a piece is a word of its own."""
         return piece_id in self._word_starts
 
     def pieces(self, line: str) -> list[str]:
@@ -139,7 +139,7 @@ def train_tokenizer(
 ) -> Tokenizer:
     """Train a BPE model on `texts` (source and target lines together): lines in memory, or a file of
     one sentence a line that sentencepiece reads itself (all of it: sample before, see `corpus`).
-    `normalization`: sentencepiece's rule, nmt_nfkc or identity (mt.script.tokenizer_settings)."""
+    `normalization`: sentencepiece's rule, nmt_nfkc or identity (mt.plumbing.script.tokenizer_settings)."""
     # a file is streamed to sentencepiece rather than named: the model would record its (temporary)
     # path, and two trainings on the same lines would differ in their bytes and sha256
     lines = _file_lines(texts) if isinstance(texts, Path) else iter(texts)

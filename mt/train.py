@@ -24,16 +24,16 @@ from pathlib import Path
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from mt import distributed
 from mt.config import RunConfig, TrainConfig
-from mt.metrics import label
+from mt.metrics import HEADLINE, label
 from mt.run import checkpoint
 from mt.run.folder import read_metrics
 from mt.run.records import Progress, Window
 from mt.run.resume import resume_checkpoint
 from mt.session import Session, best_so_far, finish, save, setup, summary, write_metrics
 from mt.step import StepStats, learning_rate, train_step
-from mt.validation import validate
+from mt.training import distributed
+from mt.training.validation import validate
 
 log = logging.getLogger(__name__)
 
@@ -155,14 +155,13 @@ def validate_and_save(s: Session) -> None:
             },
         )
         improved = p.record(result, s.cfg.train.best_metric)
+        scored = " | ".join(f"{m.label} {result['val_' + m.key]:.2f}" for m in HEADLINE)
         log.info(
-            "validation step %d | loss %.3f | ppl %.2f | BLEU %.2f | chrF %.2f | best %.2f at %d | beam %d "
-            "| %s",
+            "validation step %d | loss %.3f | ppl %.2f | %s | best %.2f at %d | beam %d | %s",
             p.step,
             result["val_loss"],
             result["val_ppl"],
-            result["val_bleu"],
-            result["val_chrf"],
+            scored,
             p.best["bleu"],
             p.best_step,
             s.cfg.train.valid_beam,

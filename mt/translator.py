@@ -1,6 +1,5 @@
 """The Python API: a trained run opened once, to translate, score and align with, `Translator`. Every
-command that uses a trained run (`mt translate`, `evaluate`, `score`, `serve`, `export`, `attention`)
-and the scripts open it here, and nowhere else.
+command that uses a trained run, and the scripts, open it here, and nowhere else.
 
     from mt import Translator
 
@@ -40,15 +39,15 @@ from mt.ct2.engine import Ct2Model
 from mt.ct2.export import export_model
 from mt.decode import Ensemble
 from mt.decode_config import KEYWORD, DecodeConfig, Spelling, decoding
-from mt.distributed import resolve_device
-from mt.errors import ConfigError, RunDirError
-from mt.files import file_sha256
 from mt.model import Seq2Seq
 from mt.output_pieces import unwritable
+from mt.plumbing.errors import ConfigError, RunDirError
+from mt.plumbing.files import file_sha256
 from mt.run.folder import checkpoint_path, load_run
 from mt.score import Scored, score_lines
 from mt.sentences import join_lines, join_texts, sentences_of, splitter
 from mt.tokenizer import Tokenizer
+from mt.training.distributed import resolve_device
 from mt.translate import translate_lines, translate_nbest
 
 FIXED_AT_OPEN = ("engine", "compute_type")  # the searcher is built for them

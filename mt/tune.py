@@ -21,9 +21,9 @@ from pathlib import Path
 from mt.config import read_saved_config, save_config
 from mt.data import load_split
 from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, DecodeConfig, decoding
-from mt.errors import ConfigError
-from mt.files import file_sha256
-from mt.metrics import corpus_scores
+from mt.metrics import HEADLINE, corpus_scores
+from mt.plumbing.errors import ConfigError
+from mt.plumbing.files import file_sha256
 from mt.run.card import read_card, update_card
 from mt.run.folder import checkpoint_path
 from mt.translator import Translator
@@ -58,15 +58,16 @@ def try_settings(translator: Translator, src: list[str], ref: list[str], grid: G
             {
                 "beam": beam,
                 "length_penalty": alpha,
-                "bleu": round(scores["bleu"], 2),
-                "chrf": round(scores["chrf"], 2),
+                **{m.key: round(scores[m.key], 2) for m in HEADLINE},
                 "length_ratio": round(scores["length_ratio"], 4),
                 "seconds": round(time.perf_counter() - start, 1),
             }
         )
+        t = tried[-1]
+        scored = ", ".join(f"{m.label} {t[m.key]:.2f}" for m in HEADLINE)
         log.info(
-            "tune: beam %d, length penalty %g: val BLEU %.2f, chrF %.2f, length ratio %.3f",
-            *(tried[-1][k] for k in ("beam", "length_penalty", "bleu", "chrf", "length_ratio")),
+            "tune: beam %d, length penalty %g: val %s, length ratio %.3f",
+            *(t["beam"], t["length_penalty"], scored, t["length_ratio"]),
         )
     return tried
 

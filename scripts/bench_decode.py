@@ -72,7 +72,7 @@ def main() -> None:
         "seconds": round(seconds, 3),
         "sentences_per_s": round(len(src) / seconds, 1),
         "tokens_per_s": round(sum(len(h) + 1 for h in hyps) / seconds, 1),
-        "bleu": scores(tokenizer.decode(hyps), ref)["bleu"],
+        "bleu": scores(tokenizer.decode(hyps), ref, translator)["bleu"],
     }
     if not args.skip_uncached and decode.engine == "torch":
         uncached_seconds, uncached = timed(lambda: search(src, use_cache=False), device)

@@ -45,15 +45,15 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # mt from this checkout, inst
 from train_profile import family_table, labelled, op_families  # noqa: E402
 
 import mt.loss  # noqa: E402
-from mt import corpus  # noqa: E402
 from mt.batching import BatchStream, Pairs, epoch_plan  # noqa: E402
-from mt.compute import forward_multiply_adds  # noqa: E402
 from mt.config import load_config  # noqa: E402
-from mt.distributed import native_precisions, resolve_device, set_precision  # noqa: E402
 from mt.generated import synthetic  # noqa: E402
 from mt.model import Seq2Seq  # noqa: E402
 from mt.output_pieces import target_pieces  # noqa: E402
 from mt.step import inverse_sqrt_lr, train_step  # noqa: E402
+from mt.training import corpus  # noqa: E402
+from mt.training.compute import forward_multiply_adds  # noqa: E402
+from mt.training.distributed import native_precisions, resolve_device, set_precision  # noqa: E402
 
 # dense tensor-core (fp32: CUDA-core) peaks in TFLOP/s, from NVIDIA's data sheets; by device name
 PEAKS = {

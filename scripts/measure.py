@@ -84,7 +84,8 @@ def timed(decode: Callable[[], T], device: torch.device | None = None) -> tuple[
     return time.perf_counter() - start, result
 
 
-def scores(hypotheses: list[str], references: list[str]) -> dict[str, float]:
-    """Corpus BLEU and chrF (sacreBLEU, 0-100), rounded to 2 places as the scripts print them."""
-    found = corpus_scores(hypotheses, references)
+def scores(hypotheses: list[str], references: list[str], translator: Translator) -> dict[str, float]:
+    """Corpus BLEU and chrF (sacreBLEU, 0-100) with BLEU's tokenizer for the run's target language,
+    rounded to 2 places as the scripts print them."""
+    found = corpus_scores(hypotheses, references, tokenize=translator.config.bleu_tokenize)
     return {"bleu": round(found["bleu"], 2), "chrf": round(found["chrf"], 2)}

@@ -1,6 +1,7 @@
-"""The training compute (mt.compute's multiply-adds) of runs whose cards do not record it: trained before
-cards counted it, or stopped where they were. From each run's last.pt: its config, tokenizer, output
-layer and stream position; the binarized corpus is the cached one (or made again, as training makes it).
+"""The training compute (mt.training.compute's multiply-adds) of runs whose cards do not record it:
+trained before cards counted it, or stopped where they were. From each run's last.pt: its config,
+tokenizer, output layer and stream position; the binarized corpus is the cached one (or made again, as
+training makes it).
 
     python scripts/run_compute.py runs/multi30k runs/multi30k-target
     python scripts/run_compute.py --config configs/multi30k-best.yaml --steps 7900 [--set key=value]
@@ -16,14 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from mt import corpus
 from mt.batching import BatchStream
-from mt.compute import training_multiply_adds
 from mt.config import load_config
 from mt.output_pieces import target_pieces
 from mt.run.checkpoint import load_checkpoint
 from mt.run.folder import load_run
 from mt.run.records import progress_of
+from mt.training import corpus
+from mt.training.compute import training_multiply_adds
 
 
 def run_compute(run: str) -> dict:

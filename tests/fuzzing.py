@@ -24,7 +24,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from mt.cli import main
-from mt.errors import UserError
+from mt.plumbing.errors import UserError
 
 # ---- damage ------------------------------------------------------------------------------------------------
 
@@ -267,8 +267,8 @@ def multi30k_manifest(ws: Workspace, data: bytes) -> Outcome:
 def binarized_cache(ws: Workspace, data: bytes) -> Outcome:
     """The binarized training corpus's cache with a damaged meta.json: checked, and rebuilt if need be."""
     from mt.config import load_config
-    from mt.corpus import load, prepare
     from mt.tokenizer import load_tokenizer
+    from mt.training.corpus import load, prepare
 
     _, tmp = ws.fresh()
     cfg, tokenizer = load_config(ws.config).data, load_tokenizer(ws.run / "spm.model")
@@ -476,8 +476,8 @@ READERS = {  # name -> (the valid bytes to damage (from a Workspace), the reader
 def _cache_meta(ws: Workspace) -> bytes:
     """The meta.json that `prepare` writes for the workspace's corpus and tokenizer."""
     from mt.config import load_config
-    from mt.corpus import prepare
     from mt.tokenizer import load_tokenizer
+    from mt.training.corpus import prepare
 
     return (
         prepare(load_config(ws.config).data, load_tokenizer(ws.run / "spm.model")) / "meta.json"

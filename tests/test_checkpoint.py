@@ -12,8 +12,8 @@ import torch
 from conftest import mt_cli, run_main
 
 from mt.config import RunConfig, config_to_dict, load_config
-from mt.errors import RunDirError
 from mt.model import Seq2Seq
+from mt.plumbing.errors import RunDirError
 from mt.run.checkpoint import rng_state, write_average
 from mt.train import train
 

@@ -1,5 +1,5 @@
-"""mt/compute.py: a training's multiply-adds counted from the shapes, as torch's own flop counter counts
-the matmuls of an update, and over exactly the batches a training consumed."""
+"""mt/training/compute.py: a training's multiply-adds counted from the shapes, as torch's own flop
+counter counts the matmuls of an update, and over exactly the batches a training consumed."""
 
 import json
 import sys
@@ -11,13 +11,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from mt.batching import BatchStream, Pairs, make_batch, source_batch
-from mt.compute import forward_multiply_adds, search_multiply_adds, training_multiply_adds
 from mt.config import ModelConfig
 from mt.decode import search
 from mt.decode_config import DecodeConfig
 from mt.loss import batch_loss
 from mt.model import Seq2Seq
 from mt.output_pieces import target_pieces
+from mt.training.compute import forward_multiply_adds, search_multiply_adds, training_multiply_adds
 
 
 @pytest.mark.parametrize("pieces", ["all", "target"])

@@ -9,13 +9,13 @@ from conftest import run_main
 from mt.config import (
     RunConfig,
     base_config,
-    config_differences,
     config_from_dict,
     config_to_dict,
     load_config,
     save_config,
 )
-from mt.errors import ConfigError
+from mt.plumbing.config_yaml import config_differences
+from mt.plumbing.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 # the recipes, and under experiments/ the configs that reproduce a document

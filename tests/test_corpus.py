@@ -1,5 +1,5 @@
-"""mt/corpus.py: the binarized training corpus: ids round-trip to text, the drop rule for empty and
-long pairs and data.clean's rules (mt.clean), a damaged or stale cache is rebuilt, the tokenizer's
+"""mt/training/corpus.py: the binarized training corpus: ids round-trip to text, the drop rule for empty and
+long pairs and data.clean's rules (mt.training.clean), a damaged or stale cache is rebuilt, the tokenizer's
 sample is seeded."""
 
 import dataclasses
@@ -8,12 +8,12 @@ import logging
 import pytest
 import torch
 
-from mt import clean, corpus
 from mt.config import CleanConfig, DataConfig
-from mt.corpus import tokenizer_sample
 from mt.data import load_split
-from mt.errors import DataError
 from mt.generated.toy import toy_corpus
+from mt.plumbing.errors import DataError
+from mt.training import clean, corpus
+from mt.training.corpus import tokenizer_sample
 
 
 @pytest.fixture
@@ -253,7 +253,8 @@ def test_a_changed_val_file_rebuilds_the_cache_its_leak_rule_read(files, tokeniz
 
 def test_the_language_rule_tells_chinese_from_english_as_it_tells_the_same_text_spaced():
     """A side in the other side's language is found in Chinese as in Chinese written with a space
-    between characters (mt.script's words): each verdict the same, on every test pair either way round."""
+    between characters (mt.plumbing.script's words): each verdict the same, on every test pair either
+    way round."""
     _, val_en, val_zh = toy_corpus(languages=("de", "en", "zh"))["val"]
     _, test_en, test_zh = toy_corpus(languages=("de", "en", "zh"))["test"]
     chinese, spaced = (
@@ -264,6 +265,8 @@ def test_the_language_rule_tells_chinese_from_english_as_it_tells_the_same_text_
         (chinese.wrong(en, 0), chinese.wrong(zh, 1), chinese.wrong(zh, 0), chinese.wrong(en, 1))
         for en, zh in zip(test_en, test_zh)
     ]
+    # the rule fires: each side is kept in its own language and found wrong in the other's, all 500
+    assert set(verdicts) == {(False, False, True, True)} and len(verdicts) == 500
     assert verdicts == [
         (
             spaced.wrong(en, 0),

@@ -14,7 +14,7 @@ from conftest import run_main, sets
 
 from mt.config import DataConfig
 from mt.data import load_split, multi30k_dir, normalize, read_lines, read_parallel, text_lines
-from mt.errors import DataError
+from mt.plumbing.errors import DataError
 
 SHARED = os.environ.get("MT_DATA_DIR", "")
 needs_multi30k = pytest.mark.skipif(

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mt import decode_config
 from mt.decode_config import UNNAMED, DecodeConfig, decoding, evaluation_name
-from mt.errors import ConfigError
+from mt.plumbing.errors import ConfigError
 
 
 def test_the_names_evaluations_have_had_stay():
@@ -85,21 +85,28 @@ def can_differ(a: DecodeConfig, b: DecodeConfig) -> bool:
     )
 
 
-configs = st.builds(
-    DecodeConfig,
-    beam=st.sampled_from([1, 2, 5]),
-    n_best=st.sampled_from([1, 2]),
-    length_penalty=st.sampled_from([0.0, 0.6, 1.0]),
-    max_len_a=st.sampled_from([1.5, 2.0]),
-    max_len_b=st.sampled_from([5, 10]),
-    batch_tokens=st.sampled_from([6000, 2000]),
-    engine=st.sampled_from(["torch", "ctranslate2"]),
-    compute_type=st.sampled_from(["default", "int8"]),
-    sample=st.sampled_from(["", "topk:20", "topp:0.9"]),
-    temperature=st.sampled_from([1.0, 0.7]),
-    seed=st.sampled_from([0, 3]),
-    split_sentences=st.booleans(),
-)
+# The values each option takes in the property tests, one entry a field of DecodeConfig (checked below):
+# a new option is drawn here too, or the test of this table fails
+DRAWN = {
+    "beam": [1, 2, 5],
+    "n_best": [1, 2],
+    "length_penalty": [0.0, 0.6, 1.0],
+    "max_len_a": [1.5, 2.0],
+    "max_len_b": [5, 10],
+    "no_repeat_ngram": [0, 3],
+    "batch_tokens": [6000, 2000],
+    "engine": ["torch", "ctranslate2"],
+    "compute_type": ["default", "int8"],
+    "sample": ["", "topk:20", "topp:0.9"],
+    "temperature": [1.0, 0.7],
+    "seed": [0, 3],
+    "split_sentences": [False, True],
+}
+configs = st.builds(DecodeConfig, **{name: st.sampled_from(values) for name, values in DRAWN.items()})
+
+
+def test_the_property_tests_draw_every_decoding_option():
+    assert list(DRAWN) == [f.name for f in dataclasses.fields(DecodeConfig)]
 
 
 def valid(config: DecodeConfig) -> bool:

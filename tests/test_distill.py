@@ -13,14 +13,14 @@ import torch
 from conftest import ROOT, run_main, sets
 
 from mt import distill as distill_module
-from mt.compute import search_multiply_adds
 from mt.config import load_config
 from mt.data import load_split
 from mt.distill import distill
-from mt.errors import DataError
-from mt.files import file_sha256
+from mt.plumbing.errors import DataError
+from mt.plumbing.files import file_sha256
 from mt.run.folder import load_run
 from mt.train import train
+from mt.training.compute import search_multiply_adds
 from mt.translate import translate_lines
 from mt.translator import Translator
 

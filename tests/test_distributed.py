@@ -1,4 +1,4 @@
-"""mt/distributed.py: data-parallel training under torchrun on CPU (gloo, 2 processes) against
+"""mt/training/distributed.py: data-parallel training under torchrun on CPU (gloo, 2 processes) against
 single-process accumulation; which precisions a device runs natively, and the TF32 switch."""
 
 import json
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mt import distributed
-from mt.distributed import Ranks, start
-from mt.errors import ConfigError
+from mt.plumbing.errors import ConfigError
+from mt.training import distributed
+from mt.training.distributed import Ranks, start
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "ddp_driver.py"
@@ -145,12 +145,12 @@ def test_single_process_needs_no_process_group():
 
 
 def test_bf16_on_a_cpu_without_it_is_said_once(monkeypatch, caplog):
-    # raising=False: torch 2.4 has neither probe, and mt.distributed reads them with a default
+    # raising=False: torch 2.4 has neither probe, and mt.training.distributed reads them with a default
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     cpu = torch.device("cpu")
     assert distributed.native_precisions(cpu) == ["fp32"]
-    with caplog.at_level(logging.WARNING, logger="mt.distributed"):
+    with caplog.at_level(logging.WARNING, logger="mt.training.distributed"):
         distributed.set_precision(cpu, "fp32")
         assert caplog.messages == []
         distributed.set_precision(cpu, "bf16")

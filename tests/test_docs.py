@@ -6,6 +6,7 @@ link reaches a file, and its #anchor a heading there. The guide's lists that mus
 (its Config section, the server's request fields, the keys a resume may change, the extras) are
 checked against the code that defines them. No training, no torch model: a few seconds."""
 
+import ast
 import dataclasses
 import re
 from pathlib import Path
@@ -107,8 +108,19 @@ def test_every_flag_in_a_documented_mt_command_exists():
     assert not wrong, "\n".join(wrong)
 
 
+def argument_flags(source: str) -> set[str]:
+    """The --flags a script's parser defines: the string arguments of its `add_argument` calls."""
+    return {
+        arg.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"
+        for arg in node.args
+        if isinstance(arg, ast.Constant) and str(arg.value).startswith("--")
+    }
+
+
 def test_every_flag_in_a_documented_script_command_exists():
-    """(a) `scripts/X.py --flag`: X.py exists and defines --flag (as a string in its source)."""
+    """(a) `scripts/X.py --flag`: X.py exists and its parser defines --flag (an `add_argument` call)."""
     wrong, checked = [], 0
     for doc, script, flags in doc_commands(SCRIPT):
         path = ROOT / script
@@ -117,12 +129,8 @@ def test_every_flag_in_a_documented_script_command_exists():
             continue
         checked += 1
         source = path.read_text()
-        derived = DECODING_FLAGS if "decoding_flags(" in source else set()
-        wrong += [
-            f"{doc}: {script} {f}: no such flag"
-            for f in flags
-            if f'"{f}"' not in source and f"'{f}'" not in source and f not in derived
-        ]
+        defined = argument_flags(source) | (DECODING_FLAGS if "decoding_flags(" in source else set())
+        wrong += [f"{doc}: {script} {f}: no such flag" for f in flags if f not in defined]
     assert checked > 10, f"only {checked} script commands found in the docs"
     assert not wrong, "\n".join(wrong)
 
@@ -266,3 +274,22 @@ def test_the_guides_contents_list_its_sections_in_order():
     headings = [h for h in re.findall(r"^## (.+)$", FENCE.sub("", text), re.M) if h != "Contents"]
     assert [title for title, _ in listed] == headings
     assert [anchor for _, anchor in listed] == [slug(h) for h in headings]
+
+
+def test_the_apis_lists_of_decoding_options_are_decode_configs_fields():
+    """docs/api.md lists every decoding option twice: in from_run's `**decoding` row and in the table of
+    keywords with mt's defaults. Both name exactly DecodeConfig's fields, in its order, the table each
+    with its default."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    fields = [f.name for f in dataclasses.fields(DecodeConfig)]
+    row = next(line for line in text.splitlines() if line.startswith("| `**decoding` |"))
+    named = re.search(r"\((`\w+`(?:, `\w+`)*)\)", row).group(1)
+    assert re.findall(r"`(\w+)`", named) == [f for f in fields if f != "engine"]  # from_run's own argument
+    table = text.split("| keyword | mt's default | what |", 1)[1].split("\n\n", 1)[0]
+    listed = {}
+    for line in table.strip().splitlines()[1:]:
+        names, defaults = (cell.strip() for cell in line.split("|")[1:3])
+        for name, default in zip(re.findall(r"`(\w+)`", names), defaults.split(", ")):
+            listed[name] = default.strip('`"')
+    defaults = {f.name: str(f.default) for f in dataclasses.fields(DecodeConfig)}
+    assert list(listed) == fields and listed == defaults

@@ -1,5 +1,5 @@
-"""mt/errors.py: every kind of user error is exit code 2 and one line from the CLI (`--debug` shows its
-traceback); any other exception is a bug."""
+"""mt/plumbing/errors.py: every kind of user error is exit code 2 and one line from the CLI (`--debug`
+shows its traceback); any other exception is a bug."""
 
 import pytest
 
@@ -14,7 +14,7 @@ def test_debug_flag_shows_the_traceback(tmp_path):
 
 def test_every_kind_of_user_error_is_exit_2_and_anything_else_a_bug():
     from mt.cli import _exit_code
-    from mt.errors import ConfigError, DataError, RunDirError, ServeError, UserError
+    from mt.plumbing.errors import ConfigError, DataError, RunDirError, ServeError, UserError
 
     for kind in (ConfigError, DataError, RunDirError, ServeError):
         assert issubclass(kind, UserError) and _exit_code(kind("x")) == 2

@@ -1,4 +1,4 @@
-"""mt/files.py: a file is replaced whole or not at all: the new bytes go to `.NAME.tmp` beside it,
+"""mt/plumbing/files.py: a file is replaced whole or not at all: the new bytes go to `.NAME.tmp` beside it,
 are fsynced, renamed over it, and the folder is fsynced; an error inside the block leaves the old file;
 a write the OS refuses is one WriteError naming the file, the OS's reason and what to do."""
 
@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from mt.errors import WriteError
-from mt.files import atomic_write, write_failure, write_text
+from mt.plumbing.errors import WriteError
+from mt.plumbing.files import atomic_write, write_failure, write_text
 
 
 def test_write_text_writes_the_utf8_bytes_and_leaves_no_temporary(tmp_path):

@@ -15,9 +15,9 @@ import sys
 import pytest
 from conftest import ROOT, file_hashes, metrics, run_main, sets
 
-from mt import files
 from mt.config import load_config
-from mt.errors import WriteError
+from mt.plumbing import files
+from mt.plumbing.errors import WriteError
 from mt.run import folder
 from mt.train import train
 

@@ -2,12 +2,12 @@
 
 import pytest
 
-from mt.errors import ConfigError
 from mt.metrics import METRICS, bleu_tokenizer, corpus_scores, signature_tokenizer
+from mt.plumbing.errors import ConfigError
 
 
 def test_every_metric_gives_a_score_and_a_signature():
-    scores = corpus_scores(["the dog runs .", "a cat"], ["the dog runs .", "a cat sleeps"])
+    scores = corpus_scores(["the dog runs .", "a cat"], ["the dog runs .", "a cat sleeps"], tokenize="13a")
     assert set(scores) == {m.key for m in METRICS} | {f"{m.key}_signature" for m in METRICS} | {
         "sentences",
         "length_ratio",
@@ -17,15 +17,15 @@ def test_every_metric_gives_a_score_and_a_signature():
 
 def test_lines_that_repeat_a_word_4_gram_are_counted():
     hypotheses = ["a b c d a b c d", "a b c d e", "", "the the the the the", "a b c a b c"]
-    scores = corpus_scores(hypotheses, ["x"] * 5)
+    scores = corpus_scores(hypotheses, ["x"] * 5, tokenize="13a")
     assert scores["repeated_4grams"] == 2.0 and scores["repeated_4grams_signature"] == "lines|words|n:4"
 
 
 def test_repeated_ngrams_in_chinese_are_found_as_in_the_same_text_spaced():
     chinese = ["这只狗看见这只狗看见", "这只狗看见一只猫。", "", "好好好好好"]
     spaced = [" ".join(line) for line in chinese]  # each character a word, written with spaces
-    found = corpus_scores(chinese, ["x"] * 4)["repeated_4grams"]
-    assert found == corpus_scores(spaced, ["x"] * 4)["repeated_4grams"] == 2.0
+    found = corpus_scores(chinese, ["x"] * 4, tokenize="13a")["repeated_4grams"]
+    assert found == corpus_scores(spaced, ["x"] * 4, tokenize="13a")["repeated_4grams"] == 2.0
 
 
 def test_bleu_tokenizer_is_sacrebleus_choice_for_the_target_language():
@@ -64,7 +64,7 @@ def test_chinese_bleu_counts_characters_where_13a_sees_one_word_a_sentence():
     hyps = ["这只狗看见一只鸟。", "一个女人在桌子下面睡觉。"]  # one word wrong in each
     zh = corpus_scores(hyps, refs, tokenize="zh")
     assert "|tok:zh|" in zh["bleu_signature"] and zh["bleu"] > 50
-    assert corpus_scores(hyps, refs)["bleu"] < 1  # 13a: no sentence is entirely right
+    assert corpus_scores(hyps, refs, tokenize="13a")["bleu"] < 1  # 13a: no sentence is entirely right
     assert (
         signature_tokenizer(zh["bleu_signature"]) == "zh"
         and signature_tokenizer("nrefs:1|case:mixed") == "13a"

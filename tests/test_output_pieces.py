@@ -13,10 +13,10 @@ from conftest import ROOT, TEXT_MODEL
 from mt.batching import make_batch
 from mt.config import load_config
 from mt.decode_config import DecodeConfig
-from mt.errors import ConfigError
 from mt.loss import batch_loss
 from mt.model import Seq2Seq
 from mt.output_pieces import target_pieces
+from mt.plumbing.errors import ConfigError
 from mt.score import score_pairs
 from mt.tokenizer import EOS, PAD
 from mt.train import train

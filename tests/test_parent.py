@@ -10,7 +10,6 @@ import pytest
 import torch
 from conftest import ROOT, file_hashes, metrics, run_main, sets, weights
 
-from mt import corpus
 from mt.batching import BatchStream
 from mt.config import load_config
 from mt.loss import batch_loss
@@ -19,6 +18,7 @@ from mt.run.card import read_card
 from mt.run.parent import parse_init_from
 from mt.tokenizer import PAD, Tokenizer
 from mt.train import train
+from mt.training import corpus
 
 CHILD = ["model.dropout=0.0", "train.log_every=1", "train.valid_every=2", "train.lr=1e-3"]
 
@@ -68,7 +68,9 @@ def test_a_child_starts_from_its_parents_weights_and_keeps_its_tokenizer(trained
         "sha256": sha256(parent / "last.pt"),
     }
     assert first["lr"] == pytest.approx(1e-3 / cfg.train.warmup_steps)  # its own schedule, from step 1
-    training = read_card(child)["training"]  # its compute, and its pipeline's with the parent's (mt.compute)
+    training = read_card(child)[
+        "training"
+    ]  # its compute, and its pipeline's with the parent's (mt.training.compute)
     assert (
         training["pipeline_multiply_adds"]
         == training["multiply_adds"] + read_card(parent)["training"]["multiply_adds"]
@@ -187,7 +189,7 @@ def test_a_parent_that_is_the_run_itself_is_refused(run, tiny, capsys):
     ],
 )
 def test_freeze_and_lineage_keys_are_checked_at_load_time(overrides, message):
-    from mt.errors import ConfigError
+    from mt.plumbing.errors import ConfigError
 
     with pytest.raises(ConfigError) as e:
         load_config(ROOT / "configs/toy.yaml", overrides)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from mt.metrics import BY_KEY
+from mt.plumbing.schema import build
 from mt.run.records import Card, Checkpoint, Progress, Result, current_progress, metrics_row_problem, problem
-from mt.schema import build
 
 
 def test_metrics_rows_are_told_apart_by_their_kind():

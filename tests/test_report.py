@@ -10,9 +10,9 @@ from sacrebleu.significance import PairedTest
 
 from mt.cli import main
 from mt.curves import plot_curves
-from mt.errors import ConfigError
 from mt.evaluate import evaluate_run
 from mt.metrics import METRICS
+from mt.plumbing.errors import ConfigError
 from mt.report import (
     Run,
     _p,

@@ -33,7 +33,8 @@ def test_a_resumed_run_equals_one_go_and_tensorboard_shows_each_step_once(tmp_pa
     then 2 more whose checkpoint is lost (last.pt put back at step 1, as a kill before the save leaves
     it), then resumed to 4: the same weights and losses, and TensorBoard's losses, read back from the
     three sessions' event files, are metrics.jsonl's, the redone steps 2-3 once (purge_step)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    EventAccumulator = accumulator.EventAccumulator
 
     straight, run = tmp_path / "straight", tmp_path / "run"
     board = "train.tensorboard=true"
@@ -80,7 +81,7 @@ def test_sigkill_while_writing_a_checkpoint_resumes_from_the_previous_one(tmp_pa
     driver = (
         "import os, signal, sys\n"
         "from mt.run import checkpoint\n"
-        "from mt.files import atomic_write\n"
+        "from mt.plumbing.files import atomic_write\n"
         "real, calls = checkpoint.write_bytes, []\n"
         "def dying_write(path, data):\n"
         "    calls.append(1)\n"

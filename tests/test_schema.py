@@ -1,4 +1,4 @@
-"""mt/schema.py: the one validator of config.yaml and every run record, through records.problem: each
+"""mt/plumbing/schema.py: the one validator of config.yaml and every run record, through records.problem: each
 departure from a record's dataclasses is named by its first key."""
 
 from dataclasses import dataclass
@@ -6,8 +6,8 @@ from typing import ClassVar
 
 import pytest
 
+from mt.plumbing.schema import within
 from mt.run.records import problem
-from mt.schema import within
 
 
 @dataclass(frozen=True, kw_only=True)

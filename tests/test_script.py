@@ -1,9 +1,9 @@
-"""mt/script.py: the words of text without spaces (one character each, as sacreBLEU's zh tokenizer),
+"""mt/plumbing/script.py: the words of text without spaces (one character each, as sacreBLEU's zh tokenizer),
 spaced text's words unchanged, sentences joined without a space in such scripts, and the tokenizer's
 settings chosen from the text's script."""
 
 from mt.generated.toy import toy_corpus
-from mt.script import RICH_COVERAGE, join_words, starts_word, tokenizer_settings, unspaced, words
+from mt.plumbing.script import RICH_COVERAGE, join_words, starts_word, tokenizer_settings, unspaced, words
 
 
 def test_spaced_text_keeps_its_whitespace_words():

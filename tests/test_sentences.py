@@ -8,7 +8,7 @@ import pytest
 from conftest import run_main
 
 from mt.decode_config import COMMAND_LINE, DecodeConfig, decoding, evaluation_name
-from mt.errors import ConfigError
+from mt.plumbing.errors import ConfigError
 from mt.sentences import join_lines, join_texts, sentences_of, splitter
 from mt.translator import Translator
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from mt.errors import ConfigError, RunDirError
 from mt.generated.toy import toy_corpus
+from mt.plumbing.errors import ConfigError, RunDirError
 from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, load_tokenizer, train_tokenizer
 
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import ODD, ROOT, run_main
 
 from mt.attention import line_alignments
-from mt.errors import ConfigError, RunDirError
+from mt.plumbing.errors import ConfigError, RunDirError
 from mt.run.folder import load_run
 from mt.translate import translate_nbest
 from mt.translator import Translator

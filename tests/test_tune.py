@@ -11,11 +11,12 @@ import yaml
 from conftest import ROOT, sets
 
 from mt.cli import main
-from mt.config import read_saved_config
+from mt.config import load_config, read_saved_config
 from mt.data import load_split
-from mt.errors import ConfigError
+from mt.plumbing.errors import ConfigError
 from mt.serving.limits import ServeLimits
 from mt.serving.worker import Worker
+from mt.train import train
 from mt.translator import Translator
 from mt.tune import best_setting, make_grid, tune, tuned_setting
 
@@ -31,10 +32,23 @@ def test_the_best_setting_is_the_highest_bleu_and_on_a_tie_the_cheaper_one():
     assert best_setting([row(5, 1.0, 31.0), row(3, 2.0, 31.0), row(3, 1.5, 31.0)]) == row(3, 1.5, 31.0)
 
 
-def test_tune_scores_each_setting_as_sacrebleu_does_and_the_run_then_decodes_with_the_best(run):
+@pytest.fixture(scope="module")
+def learned(tiny, tmp_path_factory):
+    """A toy run that has learned something (val BLEU 4-5 at each setting here, chrF 25-28), so that
+    the settings tune scores differ and its choice is one of BLEU, not of a tie at 0. Read only."""
+    run = tmp_path_factory.mktemp("learned") / "run"
+    overrides = tiny + ["model.layers=2", "train.max_steps=600", "train.lr=0.005", "train.valid_every=600"]
+    train(load_config(ROOT / "configs/toy.yaml", overrides), run)
+    return run
+
+
+def test_tune_scores_each_setting_as_sacrebleu_does_and_the_run_then_decodes_with_the_best(learned, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(learned, run)
     grid = make_grid((2, 3), (0.5, 3.0))  # no greedy: whatever wins differs from the defaults
     tuning = tune(run, device="cpu", grid=grid)
     assert [(t["beam"], t["length_penalty"]) for t in tuning["tried"]] == grid
+    assert min(t["bleu"] for t in tuning["tried"]) > 2 and len({t["bleu"] for t in tuning["tried"]}) == 4
     src, ref = load_split(read_saved_config(run / "config.yaml").data, "val")
     plain = Translator.from_run(run, device="cpu")
     for tried in tuning["tried"]:

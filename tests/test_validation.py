@@ -1,4 +1,4 @@
-"""mt/validation.py: validation during training decodes with train.valid_beam, whatever the run's
+"""mt/training/validation.py: validation during training decodes with train.valid_beam, whatever the run's
 decode section says."""
 
 import json
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conftest import metrics
 
-import mt.validation
+import mt.training.validation
 from mt.config import load_config
 from mt.decode_config import DecodeConfig
 from mt.train import train
@@ -15,13 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_validation_decodes_with_valid_beam_whatever_decode_says(tmp_path, tiny, monkeypatch):
-    real, seen = mt.validation.translate_lines, []
+    real, seen = mt.training.validation.translate_lines, []
 
     def spy(model, tokenizer, lines, cfg, max_source_pieces=None):
         seen.append(cfg)
         return real(model, tokenizer, lines, cfg, max_source_pieces)
 
-    monkeypatch.setattr(mt.validation, "translate_lines", spy)
+    monkeypatch.setattr(mt.training.validation, "translate_lines", spy)
     overrides = tiny + [
         "train.max_steps=4",
         "train.valid_beam=2",

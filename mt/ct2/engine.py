@@ -17,11 +17,22 @@ from pathlib import Path
 
 import torch
 
-from mt.ct2.export import MODEL_FIELDS, ctranslate2, read_note, unmapped, vocabulary, weights_sha256
+from mt.ct2.export import (
+    MODEL_FIELDS,
+    ByMt,
+    Carried,
+    Refused,
+    carried,
+    ctranslate2,
+    read_note,
+    unmapped,
+    vocabulary,
+    weights_sha256,
+)
 from mt.decode import Hypothesis
 from mt.decode_config import DecodeConfig
-from mt.errors import RunDirError
 from mt.model import Seq2Seq
+from mt.plumbing.errors import RunDirError
 from mt.tokenizer import EOS, Tokenizer
 
 # CTranslate2's length penalty when mt ranks: any nonzero one makes its beam stop a sentence once `beam`
@@ -30,21 +41,22 @@ from mt.tokenizer import EOS, Tokenizer
 RAW_SCORES = 1e-30
 
 
-# How CTranslate2 follows each decoding option (`export.unmapped` refuses a field set and not named)
+# How CTranslate2 follows each decoding option (export.MODEL_FIELDS says how the table reads): the engine
+# loads and searches with the arguments its Carried entries make, and refuses the rest when set
 DECODE_FIELDS = {
-    "beam": "beam_size",
-    "n_best": "num_hypotheses, ranked by mt (Ct2Model._ranked)",
-    "length_penalty": "mt's GNMT ranking of raw log-probabilities (RAW_SCORES)",
-    "max_len_a": "max_decoding_length, each line's limit cut by mt",
-    "max_len_b": "max_decoding_length, each line's limit cut by mt",
-    "no_repeat_ngram": "no_repeat_ngram_size",
-    "batch_tokens": "mt's batches (translate.search_lines)",
-    "engine": "this engine",
-    "compute_type": "compute_type, as the model loads",
-    "sample": "refused for this engine by decode_config (one random stream a process)",
-    "temperature": "with sample only",
-    "seed": "with sample only",
-    "split_sentences": "mt.sentences, before and after the search",
+    "beam": Carried("beam_size", lambda cfg: cfg.beam),
+    "n_best": ByMt("every finished hypothesis asked for (num_hypotheses = beam), ranked by mt (_ranked)"),
+    "length_penalty": ByMt("mt's GNMT ranking of raw log-probabilities (RAW_SCORES)"),
+    "max_len_a": ByMt("max_decoding_length, each line's own limit cut by mt (_cut)"),
+    "max_len_b": ByMt("max_decoding_length, each line's own limit cut by mt (_cut)"),
+    "no_repeat_ngram": Carried("no_repeat_ngram_size", lambda cfg: cfg.no_repeat_ngram),
+    "batch_tokens": ByMt("mt's batches (translate.search_lines)"),
+    "engine": ByMt("this engine"),
+    "compute_type": Carried("compute_type", lambda cfg: cfg.compute_type, "load"),
+    "sample": Refused("one random stream a process: a line's draws would depend on its batch"),
+    "temperature": ByMt("changes nothing without sample"),
+    "seed": ByMt("changes nothing without sample"),
+    "split_sentences": ByMt("mt.sentences, before and after the search"),
 }
 
 
@@ -78,9 +90,9 @@ class Ct2Model:
             self.translator = ct2.Translator(
                 str(folder),
                 torch.device(device).type,
-                compute_type=decode.compute_type,
                 inter_threads=threads[0],
                 intra_threads=threads[1],
+                **carried(decode, DECODE_FIELDS, "load"),
             )
         except (RuntimeError, ValueError) as e:  # a damaged model.bin, or a type this device lacks
             reason = (str(e).splitlines() or [""])[0][:120]
@@ -129,7 +141,6 @@ class Ct2Model:
             sources,
             forced,
             asynchronous=True,
-            beam_size=cfg.beam,
             num_hypotheses=cfg.beam,  # every finished hypothesis, to rank by mt's penalty
             length_penalty=RAW_SCORES,
             return_scores=scored,
@@ -137,7 +148,7 @@ class Ct2Model:
             max_input_length=0,
             min_decoding_length=0,
             max_decoding_length=max(limits),
-            no_repeat_ngram_size=cfg.no_repeat_ngram,
+            **carried(cfg, DECODE_FIELDS, "search"),
         )
         return sources, forced, limits, pending, scored
 

@@ -18,50 +18,89 @@ import hashlib
 import json
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
 from mt.config import ModelConfig
-from mt.errors import ConfigError, RunDirError
-from mt.files import write_failure
 from mt.model import Seq2Seq
+from mt.plumbing.errors import ConfigError, RunDirError
+from mt.plumbing.files import write_failure
 from mt.tokenizer import BOS, PAD, Tokenizer
 
 NOTE = "mt_export.json"  # beside CTranslate2's files: the source checkpoint's sha256, mt's config
 
-# How CTranslate2 follows each model option, one entry a field (engine.DECODE_FIELDS: each decoding
-# option). `unmapped` refuses any field left out of these tables that is not at its default, so a new
-# ModelConfig or DecodeConfig field is mapped or refused in one line, never silently ignored by CTranslate2.
+# How CTranslate2 follows each option, one entry a field of ModelConfig (MODEL_FIELDS) or DecodeConfig
+# (engine.DECODE_FIELDS): the argument of CTranslate2's that carries it (the export builds its spec, the
+# engine its calls, from these entries), what mt does around CTranslate2 for it, or its refusal. A field
+# left out, or refused, is refused in one line when set (`unmapped`): never silently ignored.
+
+
+@dataclass(frozen=True)
+class Carried:
+    """CTranslate2's argument `argument` of the call `at` ("spec": TransformerSpec.from_config, "load":
+    Translator, "search": translate_batch) carries the field, valued `value(config)`."""
+
+    argument: str
+    value: Callable[[Any], Any]
+    at: str = "search"
+
+
+@dataclass(frozen=True)
+class ByMt:
+    """mt itself does what the field asks, around CTranslate2's call (`how` says where), or the field
+    does not change inference."""
+
+    how: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """CTranslate2 cannot do what the field asks: set, it is refused with `why`."""
+
+    why: str
+
+
 MODEL_FIELDS = {
-    "d_model": "the spec's weight shapes",
-    "n_heads": "TransformerSpec.from_config",
-    "layers": "TransformerSpec.from_config (through ModelConfig.depth)",
-    "encoder_layers": "TransformerSpec.from_config (through ModelConfig.depth)",
-    "decoder_layers": "TransformerSpec.from_config (through ModelConfig.depth)",
-    "d_ff": "the feed-forward weights' shapes",
-    "dropout": "training only",
-    "attention_dropout": "training only",
-    "activation_dropout": "training only",
-    "norm": "pre_norm, and the stacks' final norms",
-    "tie_embeddings": "each matrix written (CTranslate2 stores equal arrays once)",
-    "max_positions": "the position table's rows",
-    "output_pieces": "target: the target vocabulary, decoder embeddings and projection: those pieces' rows",
+    "d_model": ByMt("the weights' shapes"),
+    "n_heads": Carried("num_heads", lambda cfg: cfg.n_heads, "spec"),
+    "layers": Carried("num_layers", lambda cfg: cfg.depth, "spec"),
+    "encoder_layers": Carried("num_layers", lambda cfg: cfg.depth, "spec"),
+    "decoder_layers": Carried("num_layers", lambda cfg: cfg.depth, "spec"),
+    "d_ff": ByMt("the feed-forward weights' shapes"),
+    "dropout": ByMt("training only"),
+    "attention_dropout": ByMt("training only"),
+    "activation_dropout": ByMt("training only"),
+    "norm": Carried("pre_norm", lambda cfg: cfg.norm == "pre", "spec"),  # and the stacks' final norms
+    "tie_embeddings": ByMt("each matrix written (CTranslate2 stores equal arrays once)"),
+    "max_positions": ByMt("the position table's rows"),
+    "output_pieces": ByMt("target: the target vocabulary, decoder embeddings and projection: their rows"),
 }
 
 
-def unmapped(config, mapped: dict[str, str], section: str) -> None:
-    """A one-line ConfigError for the first field of dataclass `config` that `mapped` does not name
-    and that differs from its default: CTranslate2 would ignore it."""
+def carried(config, table: dict, at: str) -> dict[str, Any]:
+    """The arguments of CTranslate2's call `at` that `table`'s Carried entries make of `config`."""
+    return {e.argument: e.value(config) for e in table.values() if isinstance(e, Carried) and e.at == at}
+
+
+def unmapped(config, table: dict, section: str) -> None:
+    """A one-line ConfigError for the first field of dataclass `config` that differs from its default
+    and that `table` refuses or does not name: CTranslate2 would not do what it asks."""
     default = type(config)()
     for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if f.name not in mapped and value != getattr(default, f.name):
-            raise ConfigError(
-                f"{section}.{f.name}: {value!r} is not mapped to CTranslate2 (mt/ct2/), which would "
-                f"ignore it; decode with the torch engine, or map it in mt.ct2's {section} table",
-                f.name,
+        value, entry = getattr(config, f.name), table.get(f.name)
+        if value == getattr(default, f.name) or isinstance(entry, (Carried, ByMt)):
+            continue
+        if isinstance(entry, Refused):
+            reason = f"is refused by the ctranslate2 engine ({entry.why}); decode with the torch engine"
+        else:
+            reason = (
+                "is not mapped to CTranslate2 (mt/ct2/), which would ignore it; decode with the torch "
+                f"engine, or map it in mt.ct2's {section} table"
             )
+        raise ConfigError(f"{section}.{f.name}: {value!r} {reason}", f.name)
 
 
 def ctranslate2():
@@ -80,7 +119,7 @@ def model_spec(model: Seq2Seq, tokenizer: Tokenizer):
     from ctranslate2.specs import TransformerSpec
 
     cfg = model.cfg
-    spec = TransformerSpec.from_config(cfg.depth, cfg.n_heads, pre_norm=cfg.norm == "pre")
+    spec = TransformerSpec.from_config(**carried(cfg, MODEL_FIELDS, "spec"))
     spec.config.layer_norm_epsilon = model.encoder[0].res_attn.norm.eps
     rows = slice(None) if model.output is None else model.output.ids  # the target side's pieces
     for side, embed, kept in (

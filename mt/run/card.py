@@ -11,15 +11,15 @@ import json
 from pathlib import Path
 
 from mt.config import TrainConfig
-from mt.errors import RunDirError
-from mt.files import write_text
 from mt.metrics import BEST_METRICS, HEADLINE
+from mt.plumbing.errors import RunDirError
+from mt.plumbing.files import write_text
 from mt.run.records import Card, Progress, require
 
 
 def read_card(run_dir: str | Path) -> dict:
-    """DIR/card.json ({} if there is none), checked against records.Card; a damaged one is a one-line
-    DataError (and is never overwritten)."""
+    """DIR/card.json ({} if there is none), checked against records.Card; a damaged or unreadable one is a
+    one-line RunDirError (and is never overwritten)."""
     path = Path(run_dir) / "card.json"
     fix = f"restore it, or delete it and run `mt evaluate --run {path.parent}` to write a new one"
     try:
@@ -62,7 +62,7 @@ def training_record(
     pipeline: float | None = None,
 ) -> dict:
     """The card's account of the training: its counters, speed, compute (its own and its pipeline's,
-    mt.compute; None where it cannot be counted), best validation and why it stopped."""
+    mt.training.compute; None where it cannot be counted), best validation and why it stopped."""
     return {
         "steps": p.step,
         "epochs": p.epoch,

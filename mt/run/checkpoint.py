@@ -6,7 +6,7 @@
     averaged.pt         the fp32 mean of the last kept models (train.average_last, `mt average`)
 
 A checkpoint holds only tensors, numbers, strings and lists/dicts of them, so it loads with
-`torch.load(weights_only=True)`, and it is replaced atomically (mt.files), so a crash never leaves a
+`torch.load(weights_only=True)`, and it is replaced atomically (mt.plumbing.files), so a crash never leaves a
 half-written one. Loading checks what it reads and turns every damage into a one-line RunDirError.
 """
 
@@ -25,15 +25,14 @@ import torch
 
 from mt.config import (
     RunConfig,
-    config_differences,
     config_from_dict,
     config_to_dict,
     resumable_keys,
 )
-from mt.config_yaml import apply_overrides
-from mt.errors import ConfigError, RunDirError
-from mt.files import write_bytes
 from mt.model import Seq2Seq
+from mt.plumbing.config_yaml import apply_overrides, config_differences
+from mt.plumbing.errors import ConfigError, RunDirError
+from mt.plumbing.files import write_bytes
 from mt.run.records import Checkpoint, Progress, current_progress, problem
 from mt.tokenizer import Tokenizer
 
@@ -86,7 +85,7 @@ def save_checkpoint(path: Path, state: TrainingState, rng_states: list[dict]) ->
 
 def write_torch(path: Path, obj: dict) -> None:
     """torch.save, made in memory and written with the atomic writer: torch's zip writer turns a full
-    disk into "unexpected pos"; written as bytes, the OS's error reaches mt.files.write_failure."""
+    disk into "unexpected pos"; written as bytes, the OS's error reaches mt.plumbing.files.write_failure."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     write_bytes(path, buffer.getbuffer())

@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from mt.config import RunConfig, TrainConfig, read_saved_config, save_config
-from mt.errors import ConfigError, RunDirError, WriteError
-from mt.files import write_failure, write_text
 from mt.model import Seq2Seq
+from mt.plumbing.errors import ConfigError, RunDirError, WriteError
+from mt.plumbing.files import write_failure, write_text
 from mt.run.checkpoint import build_model, load_checkpoint, stored_config
 from mt.run.records import metrics_row_problem
 from mt.tokenizer import Tokenizer

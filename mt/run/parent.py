@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mt.config import RunConfig, read_saved_config
-from mt.errors import ConfigError, DataError, RunDirError
-from mt.files import file_sha256
+from mt.plumbing.errors import ConfigError, DataError, RunDirError
+from mt.plumbing.files import file_sha256
 from mt.run.checkpoint import load_checkpoint, stored_config
 from mt.run.folder import checkpoint_path, run_tokenizer
 from mt.run.records import Teacher, TeacherFile, problem

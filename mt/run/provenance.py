@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from mt.config import RunConfig, base_config, config_differences, config_to_dict
+from mt.config import RunConfig, base_config, config_to_dict
+from mt.plumbing.config_yaml import config_differences
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 NOT_TRAINING = ("name", "base")  # keys that do not change what is trained or how it is scored
@@ -41,7 +42,7 @@ def config_section(cfg: RunConfig) -> dict:
 
 def differing_keys(configs: list[dict]) -> dict[str, list]:
     """Keys (key.path -> one value per config) whose values differ between flattened configs
-    (`config.flatten`), NOT_TRAINING's left out: what `mt report` shows beside its runs."""
+    (`config_yaml.flatten`), NOT_TRAINING's left out: what `mt report` shows beside its runs."""
     keys = [k for k in dict.fromkeys(k for c in configs for k in c) if k not in NOT_TRAINING]
     return {
         k: [c.get(k) for c in configs] for k in keys if any(c.get(k) != configs[0].get(k) for c in configs)

@@ -1,4 +1,4 @@
-"""The records a run directory holds, each a dataclass checked by mt.schema (config's validator)
+"""The records a run directory holds, each a dataclass checked by mt.plumbing.schema (config's validator)
 before a reader reads a field.
 
     card.json        Card             what a run was and scored (mt.run.card); results.KEY is a Result
@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 import torch
 
 from mt.decode_config import DecodeConfig
-from mt.errors import RunDirError
 from mt.metrics import BEST_METRICS, METRICS, improves
-from mt.schema import Mismatch, build, within
+from mt.plumbing.errors import RunDirError
+from mt.plumbing.schema import Mismatch, build, within
 
 
 def problem(cls: type, record: Any) -> str:
@@ -121,8 +121,8 @@ class Training:
     wall_s: float | None = None
     train_s: float | None = None
     tokens_per_s: float = None
-    multiply_adds: float | None = None  # the training's matmuls, forward and backward (mt.compute)
-    pipeline_multiply_adds: float | None = None  # and a distilled corpus's teacher's (mt.compute)
+    multiply_adds: float | None = None  # the training's matmuls, forward and backward (mt.training.compute)
+    pipeline_multiply_adds: float | None = None  # and a distilled corpus's teacher's (mt.training.compute)
     best_step: int | None = None
     best_metric: str = None
     best_val_bleu: float | None = None
@@ -147,7 +147,8 @@ class Origin:
 
 @dataclass(frozen=True, kw_only=True)
 class TokenizerSettings:
-    """What joint BPE was learned with for the text's script, and why (mt.script.tokenizer_settings)."""
+    """What joint BPE was learned with for the text's script, and why
+    (mt.plumbing.script.tokenizer_settings)."""
 
     open_keys: ClassVar[bool] = True
     character_coverage: float = within(lo=0.0, hi=1.0)
@@ -157,7 +158,7 @@ class TokenizerSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class Cleaning:
-    """What binarizing the training pairs kept, and removed by each rule (mt.corpus.Cleaner)."""
+    """What binarizing the training pairs kept, and removed by each rule (mt.training.corpus.Cleaner)."""
 
     open_keys: ClassVar[bool] = True
     pairs_read: int = within(lo=0)
@@ -202,7 +203,7 @@ class Teacher:
     name: str  # the decoding, as an evaluation is named (train-beam5)
     translate_s: float = None
     references: bool = False  # the original pairs follow the teacher's (absent before --with-references)
-    # mt.compute: the teacher's runs' pipelines (their cards'), and its translating of the sources
+    # mt.training.compute: the teacher's runs' pipelines (their cards'), and its translating of the sources
     pipeline_multiply_adds: float | None = None
     translate_multiply_adds: float | None = None
 

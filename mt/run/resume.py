@@ -9,9 +9,10 @@ from pathlib import Path
 
 import torch
 
-from mt.config import RunConfig, config_differences, config_to_dict
-from mt.errors import RunDirError
+from mt.config import RunConfig, config_to_dict
 from mt.model import Seq2Seq
+from mt.plumbing.config_yaml import config_differences
+from mt.plumbing.errors import RunDirError
 from mt.run.card import read_card
 from mt.run.checkpoint import RESUMABLE_KEYS, fuse_adam_state, load_checkpoint, set_rng_state, stored_config
 from mt.run.folder import read_metrics, run_tokenizer

@@ -33,8 +33,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from mt.decode_config import DecodeConfig
-from mt.errors import ServeError
 from mt.model import count_parameters
+from mt.plumbing.errors import ServeError
 from mt.run.card import card_summary
 from mt.serving.limits import ServeLimits
 from mt.serving.requests import (

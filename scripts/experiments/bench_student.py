@@ -50,7 +50,7 @@ def bench(args) -> None:
             times[row].append(seconds)
     with open(args.out, "a", encoding="utf-8") as out:
         for (model, run, compute_type, beam), seconds in times.items():
-            scored = scores(found[model, run, compute_type, beam], refs)
+            scored = scores(found[model, run, compute_type, beam], refs, opened[run, compute_type])
             median = statistics.median(seconds)
             record = {
                 "model": model,

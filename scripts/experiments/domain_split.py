@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mt.config import DataConfig
 from mt.data import load_split
-from mt.metrics import corpus_scores
+from mt.metrics import bleu_tokenizer, corpus_scores
 
 DOGS = ("dog", "dogs", "puppy", "puppies")
 
@@ -57,6 +57,7 @@ def split(out: Path, words: tuple[str, ...]) -> None:
 def score_runs(data: Path, runs: list[Path], name: str) -> None:
     topic = {int(line) for line in (data / "topic-test.txt").read_text().split()}
     _, ref = load_split(DataConfig(), "test")
+    tokenize = bleu_tokenizer("auto", DataConfig().tgt_lang)  # Multi30k's English: 13a
     print("| run | hypotheses | topic BLEU | topic chrF | rest BLEU | rest chrF | all BLEU |")
     print("|---|---|---|---|---|---|---|")
     for run in runs:
@@ -66,11 +67,13 @@ def score_runs(data: Path, runs: list[Path], name: str) -> None:
         hyp = path.read_text(encoding="utf-8").splitlines()
         parts = {
             name: corpus_scores(
-                [h for i, h in enumerate(hyp) if keep(i)], [r for i, r in enumerate(ref) if keep(i)]
+                [h for i, h in enumerate(hyp) if keep(i)],
+                [r for i, r in enumerate(ref) if keep(i)],
+                tokenize=tokenize,
             )
             for name, keep in (("topic", lambda i: i in topic), ("rest", lambda i: i not in topic))
         }
-        every = corpus_scores(hyp, ref)
+        every = corpus_scores(hyp, ref, tokenize=tokenize)
         print(
             f"| {run} | {path.name} | {parts['topic']['bleu']:.2f} | {parts['topic']['chrf']:.2f} | "
             f"{parts['rest']['bleu']:.2f} | {parts['rest']['chrf']:.2f} | {every['bleu']:.2f} |"

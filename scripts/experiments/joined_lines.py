@@ -45,7 +45,7 @@ def main() -> None:
     }
     report = {"run": args.run, "join": args.join, "beam": translator.decode.beam, "lines": len(paragraphs)}
     for name, hypotheses in found.items():
-        report[name] = scores(hypotheses, joined_refs)
+        report[name] = scores(hypotheses, joined_refs, translator)
     split = splitter()
     cut = [sentences_of([paragraph], translator.config.data.src_lang, split)[0] for paragraph in paragraphs]
     originals = [sources[i : i + args.join] for i in range(0, len(sources), args.join)]

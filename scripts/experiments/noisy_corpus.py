@@ -21,10 +21,10 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from mt import corpus
 from mt.config import DataConfig
 from mt.data import load_split
 from mt.tokenizer import load_tokenizer
+from mt.training import corpus
 
 KINDS = ("duplicate", "empty", "copy", "swapped", "ratio")
 

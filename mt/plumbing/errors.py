@@ -38,4 +38,4 @@ class ServeError(UserError):
 
 
 class WriteError(UserError):
-    """The OS refused a write (mt.files.write_failure words it): nothing was half-written."""
+    """The OS refused a write (mt.plumbing.files.write_failure words it): nothing was half-written."""

@@ -1,8 +1,8 @@
-"""Corpus cleaning (data.clean): the verdict on each training pair as it is binarized (mt.corpus), in
+"""Corpus cleaning (data.clean): the verdict on each training pair as it is binarized (mt.training.corpus), in
 one streaming pass: an empty side or more than data.max_len pieces (always), then the rules of
 data.clean: length ratio, source equal to target, a side in the other side's language, a source or
 target that is a line of the val or test files (a leak, which silently inflates test BLEU), and exact
-duplicates. A pair counts under the first rule it breaks; mt.corpus lists the removed pairs' line
+duplicates. A pair counts under the first rule it breaks; mt.training.corpus lists the removed pairs' line
 numbers and rules beside the binarized ids.
 """
 
@@ -15,7 +15,7 @@ import torch
 
 from mt.config import DataConfig
 from mt.data import TextSource, source_identity, source_lines, split_sources
-from mt.script import words
+from mt.plumbing.script import words
 
 # in the order they are tried: a pair counts under the first it breaks
 RULES = ("empty", "too_long", "ratio", "copy", "language", "leak", "duplicate")
@@ -35,7 +35,7 @@ _PUNCTUATION = ".,;:!?\"'()[]«»„“”‘’-。，、；：！？「」『�
 
 
 def _words(line: str) -> list[str]:
-    """`line`'s words for the language rule: mt.script's (characters in Chinese or Japanese text),
+    """`line`'s words for the language rule: mt.plumbing.script's (characters in Chinese or Japanese text),
     lower-cased, without their punctuation."""
     stripped = (w.strip(_PUNCTUATION) for w in words(line.lower()))
     return [w for w in stripped if w]

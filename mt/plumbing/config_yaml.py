@@ -1,5 +1,6 @@
 """A config's YAML as plain mappings: the file read with its `base:` chain, and the `--set` overrides
-applied, before mt.config types and checks them. Errors name the file, line or flag to fix.
+applied, before mt.config types and checks them; and two such mappings flattened and compared.
+Errors name the file, line or flag to fix.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from mt.errors import ConfigError
+from mt.plumbing.errors import ConfigError
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -82,3 +83,24 @@ def read_with_bases(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     inherited = read_with_bases(base_path, chain + (path.resolve(),))
     inherited.pop("name", None)
     return {**merge(inherited, raw), "base": str(base_path)}
+
+
+def flatten(raw: dict, prefix: str = "") -> dict[str, Any]:
+    """{"train": {"lr": 1}} -> {"train.lr": 1}."""
+    flat = {}
+    for key, value in raw.items():
+        path = f"{prefix}{key}"
+        flat.update(flatten(value, path + ".") if isinstance(value, dict) else {path: value})
+    return flat
+
+
+def config_differences(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> dict[str, tuple[Any, Any]]:
+    """{"key.path": (old value, new value)} for keys whose values differ; a key or section in
+    `ignore` ("train.max_steps", "decode") is skipped. Keys missing on one side count as None."""
+    a, b = flatten(old), flatten(new)
+    skip = lambda key: any(key == i or key.startswith(i + ".") for i in ignore)  # noqa: E731
+    return {
+        k: (a.get(k), b.get(k))
+        for k in sorted(set(a) | set(b), key=list({**a, **b}).index)
+        if not skip(k) and a.get(k) != b.get(k)
+    }

@@ -13,11 +13,11 @@ import torch
 from mt.batching import Batch, make_batch, token_batches
 from mt.config import RunConfig
 from mt.decode_config import DecodeConfig
-from mt.distributed import autocast
 from mt.loss import batch_loss
 from mt.metrics import HEADLINE, corpus_scores
 from mt.model import Seq2Seq
 from mt.tokenizer import Tokenizer
+from mt.training.distributed import autocast
 from mt.translate import translate_lines
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,6 @@ from torch import Tensor
 from tqdm import tqdm
 
 from mt.batching import Pairs
-from mt.clean import Cleaner, cleaning_identity
 from mt.config import DataConfig, RunConfig
 from mt.data import (
     TextSource,
@@ -41,10 +40,11 @@ from mt.data import (
     source_lines,
     training_sources,
 )
-from mt.errors import DataError
-from mt.files import file_sha256, write_failure, write_text
-from mt.script import tokenizer_settings
+from mt.plumbing.errors import DataError
+from mt.plumbing.files import file_sha256, write_failure, write_text
+from mt.plumbing.script import tokenizer_settings
 from mt.tokenizer import Tokenizer, train_tokenizer
+from mt.training.clean import Cleaner, cleaning_identity
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def tokenizer_sample(cfg: DataConfig, limit: int, seed: int, path: Path) -> tupl
 
 def learn_tokenizer(cfg: RunConfig) -> tuple[Tokenizer, int, dict]:
     """Joint BPE learned from at most tokenizer.sample_sentences training lines (seeded by
-    train.seed), with the character coverage and normalization their script asks for (mt.script);
+    train.seed), with the character coverage and normalization their script asks for (mt.plumbing.script);
     returns it, the number of training pairs, and the card's record of those settings and why."""
     with tempfile.TemporaryDirectory(prefix="mt-bpe-") as folder:
         sample = Path(folder) / "sample.txt"

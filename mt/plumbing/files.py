@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from mt.errors import WriteError
+from mt.plumbing.errors import WriteError
 
 
 def write_failure(path: str | Path, e: OSError) -> WriteError:

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from mt.config import TrainConfig, check_precision
-from mt.errors import ConfigError
+from mt.plumbing.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
