@@ -30,7 +30,11 @@ from dataclasses import dataclass
 import torch
 
 SEED_KEY = "train.seed"
-TUNED_KEYS = ("decode.beam", "decode.length_penalty", "decode.n_best")  # what mt tune writes (with_setting)
+TUNED_KEYS = (
+    "decode.beam",
+    "decode.length_penalty",
+    "decode.n_best",
+)  # what mt tune wrote into config.yaml before the card became its one home
 P_THRESHOLD = 0.05
 RESAMPLES = 1000
 

@@ -5,26 +5,25 @@ alpha that makes its translations as long as the references depends on the model
 left the 20-minute default's beam 5 about 4% short on test2016, and BLEU's brevity penalty takes as
 much. So a trained run translates a small grid of settings (`GRID`) on val, keeps the one with the
 highest val BLEU (the faster one on a tie: a smaller beam, then the lower alpha), and writes it
-into the run: the decode section of DIR/config.yaml, which every command and the Python API open a
-run with (an explicit flag or keyword still wins), and the card's `tuning`, with every setting tried,
-its BLEU, chrF and length ratio. `mt train` tunes at its end (train.tune); the test split is never
+into the run's card, its one home: `tuning`, keyed by the checkpoint file's sha256, with every
+setting tried, its BLEU, chrF and length ratio. Every command and the Python API open the run with
+it over config.yaml's decode section (mt.run.folder.run_decoding), for that checkpoint only; an
+explicit flag or keyword still wins. `mt train` tunes at its end (train.tune); the test split is never
 looked at.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from pathlib import Path
 
-from mt.config import read_saved_config, save_config
 from mt.data import load_split
-from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, DecodeConfig, decoding
+from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES
 from mt.metrics import HEADLINE, corpus_scores
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.files import file_sha256
-from mt.run.card import read_card, update_card
+from mt.run.card import card_tuning, read_card, update_card
 from mt.run.folder import checkpoint_path
 from mt.translator import Translator
 
@@ -77,12 +76,6 @@ def best_setting(tried: list[dict]) -> dict:
     return max(tried, key=lambda t: (t["bleu"], -t["beam"], -t["length_penalty"]))
 
 
-def with_setting(decode: DecodeConfig, chosen: dict) -> DecodeConfig:
-    """`decode` searching with the chosen beam and length penalty (n_best cut to the beam), checked."""
-    options = {"beam": chosen["beam"], "length_penalty": chosen["length_penalty"]}
-    return decoding(decode, {**options, "n_best": min(decode.n_best, chosen["beam"])})
-
-
 def tune(run: str | Path, checkpoint: str = "best", device: str = "auto", grid: Grid = GRID) -> dict:
     """Choose the run's beam and length penalty on val (see the module's docstring); returns the
     card's `tuning` record. A run whose decode section samples (decode.sample) is refused: it does not
@@ -98,7 +91,6 @@ def tune(run: str | Path, checkpoint: str = "best", device: str = "auto", grid: 
     src, ref = load_split(translator.config.data, "val")
     tried = try_settings(translator, src, ref, grid)
     chosen = best_setting(tried)
-    write_choice(run, chosen)
     tuning = {
         "split": "val",
         "checkpoint": translator.checkpoint.name,
@@ -110,39 +102,20 @@ def tune(run: str | Path, checkpoint: str = "best", device: str = "auto", grid: 
     results = {k: r for k, r in card.get("results", {}).items() if not k.endswith("-tuned")}  # outdated
     update_card(run, tuning=tuning, results=results)
     log.info(
-        "tune: chose beam %d, length penalty %g (val BLEU %.2f, length ratio %.3f); wrote %s (decode) and %s",
+        "tune: chose beam %d, length penalty %g (val BLEU %.2f, length ratio %.3f); wrote %s",
         chosen["beam"],
         chosen["length_penalty"],
         chosen["bleu"],
         chosen["length_ratio"],
-        config_path,
         run / "card.json",
     )
     return tuning
 
 
-def write_choice(run: Path, chosen: dict) -> None:
-    """The chosen beam and length penalty into DIR/config.yaml's decode section."""
-    saved = read_saved_config(run / "config.yaml")
-    save_config(dataclasses.replace(saved, decode=with_setting(saved.decode, chosen)), run / "config.yaml")
-
-
-def card_tuning(run: Path, checkpoint: Path) -> dict | None:
-    """The card's `tuning` where it was done on this very checkpoint file (same sha256), else None."""
-    tuning = read_card(run).get("tuning")
-    if not tuning or not checkpoint.exists() or tuning["checkpoint_sha256"] != file_sha256(checkpoint):
-        return None
-    return tuning
-
-
 def tuned_setting(run: Path, checkpoint: Path) -> dict | None:
-    """The card's chosen setting where it holds: tuned on this very checkpoint file and still in
-    DIR/config.yaml's decode section (a resumed training writes its config's there); else None."""
+    """The beam and length penalty `mt tune` chose for this very checkpoint file (the card's), or None."""
     tuning = card_tuning(run, checkpoint)
-    decode = read_saved_config(run / "config.yaml").decode
-    chosen = tuning and tuning["chosen"]
-    same = chosen and (decode.beam, decode.length_penalty) == (chosen["beam"], chosen["length_penalty"])
-    return chosen if same else None
+    return tuning and tuning["chosen"]
 
 
 def decodes_as_tuned(translator: Translator) -> bool:
@@ -150,20 +123,16 @@ def decodes_as_tuned(translator: Translator) -> bool:
     with the tuned beam and length penalty, on the checkpoint tuned, no ensemble. `mt evaluate` files
     such a result also as SPLIT-tuned (what `mt report` compares by default); `mt serve`'s /info and
     page say so."""
-    if translator.ensemble or translator.decode != translator.config.decode:
+    chosen = tuned_setting(translator.run, translator.checkpoint)
+    decode = translator.decode
+    if translator.ensemble or not chosen or decode != translator.config.decode:
         return False
-    return tuned_setting(translator.run, translator.checkpoint) is not None
+    return (decode.beam, decode.length_penalty) == (chosen["beam"], chosen["length_penalty"])
 
 
 def tune_unless_tuned(run: Path, device: str = "auto") -> dict | None:
     """What `mt train` does at its end (train.tune): tune best.pt, unless the card holds a choice for
-    this very file; then that choice is written back into config.yaml, where a resumed training put
-    its config's decode section. Returns the new tuning, or None where none was needed."""
-    best = checkpoint_path(run)
-    tuning = card_tuning(run, best)
-    if tuning is None:
+    this very file. Returns the new tuning, or None where none was needed."""
+    if card_tuning(run, checkpoint_path(run)) is None:
         return tune(run, device=device)
-    if tuned_setting(run, best) is None:
-        write_choice(run, tuning["chosen"])
-        log.info("tune: %s was tuned already: its beam and length penalty written back to config.yaml", best)
     return None

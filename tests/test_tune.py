@@ -58,8 +58,8 @@ def test_tune_scores_each_setting_as_sacrebleu_does_and_the_run_then_decodes_wit
         assert tried["length_ratio"] == round(bleu.sys_len / bleu.ref_len, 4)
     chosen = tuning["chosen"]
     assert chosen == best_setting(tuning["tried"]) and chosen["beam"] > 1
-    decode = yaml.safe_load((run / "config.yaml").read_text())["decode"]
-    assert (decode["beam"], decode["length_penalty"]) == (chosen["beam"], chosen["length_penalty"])
+    config = (run / "config.yaml").read_text()
+    assert config == (learned / "config.yaml").read_text()  # one writer of the tuned decoding: the card
     assert json.loads((run / "card.json").read_text())["tuning"]["chosen"] == chosen
     opened = Translator.from_run(run, device="cpu")
     assert (opened.decode.beam, opened.decode.length_penalty) == (chosen["beam"], chosen["length_penalty"])
@@ -143,7 +143,8 @@ def test_mt_train_tunes_at_its_end_once(tiny, tmp_path, capsys):
 
 def test_a_resumed_training_leaves_the_run_tuned(tiny, tmp_path):
     """Resuming writes the config's decode section (beam 4, which the grid never chooses) into
-    config.yaml; training's end tunes again, whether best.pt changed or not."""
+    config.yaml, and the card's tuning of best.pt still decides how the run decodes: config.yaml is
+    the layer below it, never a second copy to keep in step."""
     run = tmp_path / "run"
     config_decoding = ["decode.beam=4", "decode.length_penalty=0.3"]
     assert main(train_args(run, tiny, *config_decoding)) == 0
@@ -151,7 +152,9 @@ def test_a_resumed_training_leaves_the_run_tuned(tiny, tmp_path):
     tuning = json.loads((run / "card.json").read_text())["tuning"]
     decode = yaml.safe_load((run / "config.yaml").read_text())["decode"]
     chosen = tuning["chosen"]
-    assert (decode["beam"], decode["length_penalty"]) == (chosen["beam"], chosen["length_penalty"])
+    assert (decode["beam"], decode["length_penalty"]) == (4, 0.3)
+    opened = Translator.from_run(run, device="cpu").decode
+    assert (opened.beam, opened.length_penalty) == (chosen["beam"], chosen["length_penalty"])
     assert tuned_setting(run, run / "best.pt") == chosen
 
 

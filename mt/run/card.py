@@ -13,7 +13,7 @@ from pathlib import Path
 from mt.config import TrainConfig
 from mt.metrics import BEST_METRICS, HEADLINE
 from mt.plumbing.errors import RunDirError
-from mt.plumbing.files import write_text
+from mt.plumbing.files import file_sha256, write_text
 from mt.run.records import Card, Progress, require
 
 
@@ -31,6 +31,14 @@ def read_card(run_dir: str | Path) -> dict:
     except (ValueError, RecursionError):  # not UTF-8 or not JSON
         raise RunDirError(f"{path}: damaged (not JSON); {fix}") from None
     return require(card, Card, path, fix)
+
+
+def card_tuning(run_dir: str | Path, checkpoint: Path) -> dict | None:
+    """The card's `tuning` where `mt tune` made it on this very checkpoint file (same sha256), else None."""
+    tuning = read_card(run_dir).get("tuning")
+    if not tuning or not checkpoint.exists() or tuning["checkpoint_sha256"] != file_sha256(checkpoint):
+        return None
+    return tuning
 
 
 def card_summary(run_dir: str | Path) -> dict:

@@ -242,7 +242,7 @@ def fuse_adam_state(state: dict, model: Seq2Seq) -> dict:
 
 def stored_config(ckpt: dict, path: Path, overrides: list[str] = (), decode: dict | None = None) -> RunConfig:
     """The checkpoint's config (keys newer than the checkpoint take their defaults), its decode section
-    replaced by `decode` where given (the run's config.yaml: `mt tune` writes there), with `overrides`."""
+    replaced by `decode` where given (the run's own: `folder.run_decoding`), with `overrides`."""
     try:
         config_from_dict(copy.deepcopy(ckpt["config"]))
     except ConfigError as e:  # written by another version of mt, or edited

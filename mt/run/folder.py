@@ -40,6 +40,7 @@ from mt.config import RunConfig, TrainConfig, read_saved_config, save_config
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError, RunDirError, WriteError
 from mt.plumbing.files import write_failure, write_text
+from mt.run.card import card_tuning
 from mt.run.checkpoint import build_model, load_checkpoint, stored_config
 from mt.run.records import metrics_row_problem
 from mt.tokenizer import Tokenizer
@@ -103,7 +104,8 @@ def load_run(
     run_dir: str | Path, checkpoint: str = "best", overrides: list[str] = ()
 ) -> tuple[RunConfig, Tokenizer, Seq2Seq]:
     """Config, tokenizer and model (in eval mode, on CPU) from a run directory and one of its
-    checkpoints (see `checkpoint_path`); the config's decode section is DIR/config.yaml's (`run_decoding`).
+    checkpoints (see `checkpoint_path`); the config's decode section is the run's own (`run_decoding`:
+    config.yaml's, with the tuned beam and length penalty of this checkpoint).
 
     `overrides` (`key.path=value`) change the loaded config, e.g. decode.beam=5; they are validated.
     """
@@ -112,18 +114,26 @@ def load_run(
         raise RunDirError(f"{run_dir}: run directory not found")
     path = checkpoint_path(run_dir, checkpoint)
     ckpt = load_checkpoint(path)
-    cfg = stored_config(ckpt, path, overrides, run_decoding(run_dir))
+    cfg = stored_config(ckpt, path, overrides, run_decoding(run_dir, path, ckpt["config"].get("decode", {})))
     tokenizer = run_tokenizer(run_dir, ckpt, path.name, "the run directory is incomplete")
     return cfg, tokenizer, build_model(ckpt, cfg, path).eval()
 
 
-def run_decoding(run_dir: Path) -> dict | None:
-    """The decode section of DIR/config.yaml: how the run translates unless told otherwise (training
-    writes the config's, `mt tune` the settings it chose); None where the file is missing."""
+def run_decoding(run_dir: Path, checkpoint: Path, stored: dict) -> dict:
+    """How the run translates `checkpoint` unless told otherwise: the decode section of DIR/config.yaml
+    (training writes its config's; the checkpoint's `stored` one where the file is missing), with the
+    beam and length penalty that `mt tune` chose for this very checkpoint file over it. The card's
+    `tuning` is the one home of a tuned decoding: nothing else writes it, and every command and the
+    Python API open a run through here (their own options still win)."""
     path = run_dir / "config.yaml"
-    if not path.exists():
-        return None
-    return dataclasses.asdict(read_saved_config(path).decode)
+    decode = dataclasses.asdict(read_saved_config(path).decode) if path.exists() else dict(stored)
+    tuning = card_tuning(run_dir, checkpoint)
+    if tuning and not decode.get("sample"):  # a sampling run does not search: tune refuses it
+        chosen = tuning["chosen"]
+        beam = chosen["beam"]
+        decode |= {"beam": beam, "length_penalty": chosen["length_penalty"]}
+        decode["n_best"] = min(decode.get("n_best", 1), beam)
+    return decode
 
 
 def archive_previous(run_dir: Path) -> None:
