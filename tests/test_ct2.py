@@ -16,7 +16,7 @@ from mt.ct2.engine import DECODE_FIELDS, Ct2Model
 from mt.ct2.export import (
     MODEL_FIELDS,
     Carried,
-    Refused,
+    Unsupported,
     carried,
     ctranslate2,
     export_model,
@@ -292,13 +292,13 @@ def test_every_model_and_decoding_field_is_mapped_to_ctranslate2_or_refused():
 
 
 def test_a_refused_field_is_refused_with_its_reason_and_carried_fields_build_the_calls():
-    """A throwaway decoding option that CTranslate2 cannot carry, entered as Refused: set, the engine
+    """A throwaway decoding option that CTranslate2 cannot carry, entered as Unsupported: set, the engine
     refuses it in one line with the table's reason; at its default nothing changes. The calls' arguments
     are what the Carried entries make, and nothing else."""
     extended = dataclasses.make_dataclass(
         "Extended", [("min_len", int, dataclasses.field(default=0))], bases=(DecodeConfig,), frozen=True
     )
-    table = {**DECODE_FIELDS, "min_len": Refused("no minimum length here, for the sake of this test")}
+    table = {**DECODE_FIELDS, "min_len": Unsupported("no minimum length here, for the sake of this test")}
     unmapped(extended(), table, "decode")
     with pytest.raises(ConfigError) as e:
         unmapped(extended(min_len=3), table, "decode")
@@ -377,7 +377,7 @@ def test_each_decoding_field_decodes_as_mts_or_is_refused(
     assert set(DECODE_VALUES) == {f.name for f in dataclasses.fields(DecodeConfig)}
     beam = {"n_best": 3, "length_penalty": 3}.get(name, 1)  # the two that matter only in a beam
     cfg = dataclasses.replace(DecodeConfig(beam=beam), **{name: DECODE_VALUES[name]})
-    if isinstance(DECODE_FIELDS[name], Refused):
+    if isinstance(DECODE_FIELDS[name], Unsupported):
         with pytest.raises(ConfigError, match=rf"^decode.{name}: .* is refused by the ctranslate2 engine"):
             loaded(trained_export, trained_model, tokenizer, **dataclasses.asdict(cfg))
         return

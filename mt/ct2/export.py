@@ -57,7 +57,7 @@ class ByMt:
 
 
 @dataclass(frozen=True)
-class Refused:
+class Unsupported:
     """CTranslate2 cannot do what the field asks: set, it is refused with `why`."""
 
     why: str
@@ -93,7 +93,7 @@ def unmapped(config, table: dict, section: str) -> None:
         value, entry = getattr(config, f.name), table.get(f.name)
         if value == getattr(default, f.name) or isinstance(entry, (Carried, ByMt)):
             continue
-        if isinstance(entry, Refused):
+        if isinstance(entry, Unsupported):
             reason = f"is refused by the ctranslate2 engine ({entry.why}); decode with the torch engine"
         else:
             reason = (
