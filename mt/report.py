@@ -23,7 +23,7 @@ from sacrebleu.significance import PairedTest
 from mt.config import config_to_dict, read_saved_config
 from mt.curves import plot_curves
 from mt.decode_config import evaluation_name
-from mt.groups import P_THRESHOLD, groups_section, label_of, p_text, seed_groups
+from mt.groups import P_THRESHOLD, groups_section, p_text, seed_groups
 from mt.metrics import HEADLINE, METRICS, Metric, improves, signature_tokenizer
 from mt.plumbing.config_yaml import flatten
 from mt.plumbing.errors import ConfigError, RunDirError
@@ -370,7 +370,8 @@ def write_report(paths: list[str | Path], out: str | Path, setting: str = "") ->
     out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_name(out.stem + "-curves.png")
     try:
-        plot_curves(runs, png, [(label_of(g), g) for g in seed_groups(runs) if len(g) > 1])
+        # a group's legend names its first run: all its names would crowd the panels out
+        plot_curves(runs, png, [(f"{g[0].label} …", g) for g in seed_groups(runs) if len(g) > 1])
         plots = f"![training NLL and validation BLEU]({png.name})"
     except ImportError:
         plots = "Plots skipped: matplotlib is not installed (`pip install -e '.[plot]'`)."
