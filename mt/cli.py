@@ -61,8 +61,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         stop()  # the process group outlives everything train() made (DDP must go first)
         raise
     stop(together=True)
-    if cfg.train.tune and result["stopped"] and not result["interrupted"] and _rank() == 0:
-        _tune_at_the_end(run_dir, cfg.train.device)
+    if result["tuning"]:  # train.tune, on rank 0
+        _print_tuning(run_dir, result["tuning"])
     if result["interrupted"] and _rank() == 0:
         world = int(os.environ.get("WORLD_SIZE", 1))
         launcher = [f"torchrun --nproc_per_node {world} -m mt"] if world > 1 else ["mt"]
@@ -74,15 +74,6 @@ def cmd_train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_ON_SIGNAL.get(result["interrupted"], 0)
-
-
-def _tune_at_the_end(run_dir: Path, device: str) -> None:
-    """train.tune: choose the beam and length penalty on val, unless the run holds them for best.pt."""
-    from mt.tune import tune_unless_tuned
-
-    tuning = tune_unless_tuned(run_dir, device)
-    if tuning:
-        _print_tuning(run_dir, tuning)
 
 
 def _decoding_flags(args: argparse.Namespace) -> dict:
@@ -256,7 +247,7 @@ def cmd_distill(args: argparse.Namespace) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
-    from mt.tune import make_grid, tune
+    from mt.training.tuning import make_grid, tune
 
     _setup_logging()
     grid = make_grid(args.beams, args.length_penalties)

@@ -31,7 +31,7 @@ COMPUTE_TYPES = (
 )
 QUANTIZATIONS = ("none", *COMPUTE_TYPES[1:])  # what `mt export --quantization` stores
 
-# `mt tune`'s grid (mt.tune): each beam above 1 with each GNMT alpha, and greedy once
+# `mt tune`'s grid (mt.training.tuning): each beam above 1 with each GNMT alpha, and greedy once
 TUNE_BEAMS = (1, 3, 5)
 TUNE_LENGTH_PENALTIES = (0.6, 1.0, 1.5, 2.0, 2.5)
 

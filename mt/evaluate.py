@@ -14,13 +14,25 @@ from mt.decode_config import evaluation_name
 from mt.metrics import corpus_scores
 from mt.model import Seq2Seq, count_parameters
 from mt.plumbing.files import write_text
-from mt.run.card import read_card, training_record, update_card
+from mt.run.card import card_tuning, read_card, training_record, update_card
 from mt.run.checkpoint import load_checkpoint
 from mt.run.provenance import code_version, config_section, hardware
 from mt.run.records import progress_of
 from mt.training.distributed import resolve_device
 from mt.translator import Translator
-from mt.tune import decodes_as_tuned
+
+
+def decodes_as_tuned(translator: Translator) -> bool:
+    """Whether an opened run translates as `mt tune` chose: its decode section untouched by options,
+    with the tuned beam and length penalty, on the checkpoint tuned, no ensemble. `mt evaluate` files
+    such a result also as SPLIT-tuned (what `mt report` compares by default); `mt serve`'s /info and
+    page say so."""
+    tuning = card_tuning(translator.run, translator.checkpoint)
+    decode = translator.decode
+    if translator.ensemble or not tuning or decode != translator.config.decode:
+        return False
+    chosen = tuning["chosen"]
+    return (decode.beam, decode.length_penalty) == (chosen["beam"], chosen["length_penalty"])
 
 
 def lines_sha256(lines: list[str]) -> str:

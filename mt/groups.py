@@ -30,11 +30,8 @@ from dataclasses import dataclass
 import torch
 
 SEED_KEY = "train.seed"
-TUNED_KEYS = (
-    "decode.beam",
-    "decode.length_penalty",
-    "decode.n_best",
-)  # what mt tune wrote into config.yaml before the card became its one home
+# what mt tune wrote into config.yaml before the card became the tuned decoding's one home
+TUNED_KEYS = ("decode.beam", "decode.length_penalty", "decode.n_best")
 P_THRESHOLD = 0.05
 RESAMPLES = 1000
 

@@ -33,6 +33,7 @@ from mt.run.resume import resume_checkpoint
 from mt.session import Session, best_so_far, finish, save, setup, summary, write_metrics
 from mt.step import StepStats, learning_rate, train_step
 from mt.training import distributed
+from mt.training.tuning import tune_unless_tuned
 from mt.training.validation import validate
 
 log = logging.getLogger(__name__)
@@ -250,6 +251,16 @@ def already_finished(run_dir: Path, t: TrainConfig, p: Progress) -> dict:
     return summary(p, stop_reason(t, p))
 
 
+def tuned_at_the_end(cfg: RunConfig, run_dir: Path, ranks: distributed.Ranks, result: dict) -> dict:
+    """train.tune: a run that stopped (not interrupted) ends by tuning best.pt on val, on rank 0, unless
+    its card holds a tuning of that very file (mt.training.tuning), so that `mt train` and the Python
+    API end alike. The summary's `tuning`: the new one, or None."""
+    tuning = None
+    if cfg.train.tune and result["stopped"] and not result["interrupted"] and ranks.main:
+        tuning = tune_unless_tuned(run_dir, cfg.train.device)
+    return {**result, "tuning": tuning}
+
+
 def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
     """Train (or resume) a run in `run_dir`; under torchrun every rank calls this (and the caller ends
     the process group, once the DDP wrapper is gone). Returns a summary (`interrupted`: the signal
@@ -257,7 +268,7 @@ def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
     ranks, t, run_dir = distributed.ranks_from_env(), cfg.train, Path(run_dir)
     resumed = None if force_new else resume_checkpoint(cfg, run_dir, ranks.world)
     if resumed and stop_reason(t, resumed.progress):  # say so before loading any data
-        return already_finished(run_dir, t, resumed.progress)
+        return tuned_at_the_end(cfg, run_dir, ranks, already_finished(run_dir, t, resumed.progress))
     with contextlib.ExitStack() as cleanup:
         s = setup(cfg, run_dir, force_new, resumed, ranks, cleanup)
         p = s.progress
@@ -308,4 +319,4 @@ def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
             if not interrupted and time_capped(t, p) and ranks.main:
                 warn_time_capped(t, p)
         p.elapsed_s = time.perf_counter() - clock_start
-        return finish(s, stop, interrupted)
+        return tuned_at_the_end(cfg, run_dir, ranks, finish(s, stop, interrupted))

@@ -27,8 +27,8 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 from mt.serving.app import create_app, server_info  # noqa: E402
 from mt.serving.limits import ServeLimits  # noqa: E402
 from mt.serving.worker import Worker  # noqa: E402
+from mt.training.tuning import make_grid, tune  # noqa: E402
 from mt.translator import Translator  # noqa: E402
-from mt.tune import make_grid, tune  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -51,6 +51,7 @@ LAYERS = {
         "training.compute",
         "training.distributed",
         "training.validation",
+        "training.tuning",
         "step",
         "session",
         "train",
@@ -63,7 +64,6 @@ LAYERS = {
         "ct2.engine",
         "translator",
         "distill",
-        "tune",
         "evaluate",
         "curves",
         "groups",
@@ -294,3 +294,15 @@ def test_no_public_name_is_defined_twice():
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
                 homes.setdefault(node.name, []).append(path.relative_to(PACKAGE).as_posix())
     assert {name: files for name, files in homes.items() if len(files) > 1} == {}
+
+
+def test_no_comment_dangles_on_a_closing_bracket():
+    """A comment says why about a statement, above it or at its end: never alone on the `)` that
+    `ruff format` leaves when a commented line grew too long to stay one line."""
+    dangling = [
+        f"{path.relative_to(PACKAGE)}:{n}"
+        for path in [*PACKAGE.glob("*.py"), *PACKAGE.glob("*/*.py")]
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.match(r"\s*[)\]}]+,?  # ", line)
+    ]
+    assert dangling == []

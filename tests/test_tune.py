@@ -1,6 +1,6 @@
-"""mt/tune.py: `mt tune` and the end of `mt train` choose the beam and length penalty on val, write them
-into the run (config.yaml's decode section, the card's `tuning`), and every way of opening the run
-translates with them unless told otherwise."""
+"""mt/training/tuning.py: `mt tune` and the end of a training (`mt train` and `mt.train.train` alike)
+choose the beam and length penalty on val, write them into the card's `tuning` (their one home), and
+every way of opening the run translates with them unless told otherwise."""
 
 import json
 import shutil
@@ -17,8 +17,8 @@ from mt.plumbing.errors import ConfigError
 from mt.serving.limits import ServeLimits
 from mt.serving.worker import Worker
 from mt.train import train
+from mt.training.tuning import best_setting, make_grid, tune, tuned_setting
 from mt.translator import Translator
-from mt.tune import best_setting, make_grid, tune, tuned_setting
 
 
 def test_the_grid_tries_greedy_once_and_every_penalty_with_each_wider_beam():
@@ -139,6 +139,22 @@ def test_mt_train_tunes_at_its_end_once(tiny, tmp_path, capsys):
     assert main(train_args(run, tiny)) == 0  # already finished, and tuned for this best.pt: not again
     assert "best of" not in capsys.readouterr().err
     assert json.loads((run / "card.json").read_text())["tuning"] == card["tuning"]
+
+
+def test_the_python_api_ends_a_training_as_mt_train_does(tiny, tmp_path):
+    """mt.train.train with train.tune tunes at its end, as `mt train` does (one entry point, in the
+    training), and returns the tuning; trained again, the run is finished and tuned: nothing new."""
+    run = tmp_path / "run"
+    cfg = load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=4", "train.tune=true"])
+    result = train(cfg, run)
+    card = json.loads((run / "card.json").read_text())
+    assert result["tuning"] == card["tuning"] and len(card["tuning"]["tried"]) == len(make_grid())
+    assert train(cfg, run)["tuning"] is None
+    untuned = tmp_path / "untuned"
+    assert (
+        train(load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=4"]), untuned)["tuning"] is None
+    )
+    assert "tuning" not in json.loads((untuned / "card.json").read_text())
 
 
 def test_a_resumed_training_leaves_the_run_tuned(tiny, tmp_path):

@@ -169,7 +169,7 @@ class Cleaning:
 
 @dataclass(frozen=True, kw_only=True)
 class Tried:
-    """One decoding setting `mt tune` tried on val (mt.tune)."""
+    """One decoding setting `mt tune` tried on val (mt.training.tuning)."""
 
     open_keys: ClassVar[bool] = True
     beam: int = within(lo=1)
@@ -182,7 +182,7 @@ class Tried:
 
 @dataclass(frozen=True, kw_only=True)
 class Tuning:
-    """`mt tune`'s choice of the run's decoding: the settings tried and the best (mt.tune)."""
+    """`mt tune`'s choice of the run's decoding: the settings tried and the best (mt.training.tuning)."""
 
     open_keys: ClassVar[bool] = True
     split: str

@@ -33,6 +33,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from mt.decode_config import DecodeConfig
+from mt.evaluate import decodes_as_tuned
 from mt.model import count_parameters
 from mt.plumbing.errors import ServeError
 from mt.run.card import card_summary
@@ -50,7 +51,6 @@ from mt.serving.requests import (
 )
 from mt.serving.worker import Job, Overloaded, Translated, Worker
 from mt.translator import Translator
-from mt.tune import decodes_as_tuned
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).parent / "static"

@@ -1,4 +1,5 @@
-"""`mt tune`: the beam and length penalty a run decodes with, chosen on its validation split.
+"""Tuning: the beam and length penalty a run decodes with, chosen on its validation split (`mt tune`,
+and `mt.train.train` at its end where train.tune, for `mt train` and the Python API alike).
 
 A beam search ranks finished hypotheses by log-probability / length_penalty(length, alpha), and the
 alpha that makes its translations as long as the references depends on the model: mt's default, 1.0,
@@ -8,8 +9,7 @@ highest val BLEU (the faster one on a tie: a smaller beam, then the lower alpha)
 into the run's card, its one home: `tuning`, keyed by the checkpoint file's sha256, with every
 setting tried, its BLEU, chrF and length ratio. Every command and the Python API open the run with
 it over config.yaml's decode section (mt.run.folder.run_decoding), for that checkpoint only; an
-explicit flag or keyword still wins. `mt train` tunes at its end (train.tune); the test split is never
-looked at.
+explicit flag or keyword still wins. The test split is never looked at.
 """
 
 from __future__ import annotations
@@ -18,17 +18,23 @@ import logging
 import time
 from pathlib import Path
 
+from mt.config import RunConfig
 from mt.data import load_split
-from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES
+from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, decoding
 from mt.metrics import HEADLINE, corpus_scores
+from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.files import file_sha256
 from mt.run.card import card_tuning, read_card, update_card
-from mt.run.folder import checkpoint_path
-from mt.translator import Translator
+from mt.run.folder import checkpoint_path, load_run
+from mt.tokenizer import Tokenizer
+from mt.training.distributed import resolve_device
+from mt.translate import translate_lines
 
 log = logging.getLogger(__name__)
 
+# a run tunes on mt's own search, whatever engine it serves with
+TORCH = {"engine": "torch", "compute_type": "default"}
 
 Grid = list[tuple[int, float]]  # (beam, length penalty) pairs
 
@@ -45,13 +51,17 @@ def make_grid(
 GRID = make_grid()
 
 
-def try_settings(translator: Translator, src: list[str], ref: list[str], grid: Grid = GRID) -> list[dict]:
-    """Each (beam, length penalty) of `grid` translating `src` (1-best, searched), scored against `ref`."""
-    tokenize = translator.config.bleu_tokenize  # a named one that is not installed: refused before decoding
+def try_settings(
+    model: Seq2Seq, tokenizer: Tokenizer, cfg: RunConfig, src: list[str], ref: list[str], grid: Grid = GRID
+) -> list[dict]:
+    """Each (beam, length penalty) of `grid` translating `src` (1-best, searched, by the torch engine on
+    the model's device), scored against `ref`."""
+    tokenize = cfg.bleu_tokenize  # a named one that is not installed: refused before decoding
     tried = []
     for beam, alpha in grid:
         start = time.perf_counter()
-        hyps = translator.translate(src, beam=beam, length_penalty=alpha, n_best=1)
+        decode = decoding(cfg.decode, {**TORCH, "beam": beam, "length_penalty": alpha, "n_best": 1})
+        hyps = translate_lines(model, tokenizer, src, decode, cfg.data.max_len)
         scores = corpus_scores(hyps, ref, sources=src, tokenize=tokenize)
         tried.append(
             {
@@ -81,20 +91,20 @@ def tune(run: str | Path, checkpoint: str = "best", device: str = "auto", grid: 
     card's `tuning` record. A run whose decode section samples (decode.sample) is refused: it does not
     search."""
     run = Path(run)
-    config_path = run / "config.yaml"
-    translator = Translator.from_run(run, checkpoint, device=device, engine="torch")
-    if translator.decode.sample:
+    path = checkpoint_path(run, checkpoint)  # once: "best" may warn that it falls back to last.pt
+    cfg, tokenizer, model = load_run(run, str(path))
+    if cfg.decode.sample:
         raise ConfigError(
-            f"{config_path}: decode.sample is {translator.decode.sample!r}: the run samples instead of "
+            f"{run / 'config.yaml'}: decode.sample is {cfg.decode.sample!r}: the run samples instead of "
             f'searching, so there is no beam to tune; set decode.sample to "" first'
         )
-    src, ref = load_split(translator.config.data, "val")
-    tried = try_settings(translator, src, ref, grid)
+    src, ref = load_split(cfg.data, "val")
+    tried = try_settings(model.to(resolve_device(device)), tokenizer, cfg, src, ref, grid)
     chosen = best_setting(tried)
     tuning = {
         "split": "val",
-        "checkpoint": translator.checkpoint.name,
-        "checkpoint_sha256": file_sha256(translator.checkpoint),
+        "checkpoint": path.name,
+        "checkpoint_sha256": file_sha256(path),
         "chosen": chosen,
         "tried": tried,
     }
@@ -116,18 +126,6 @@ def tuned_setting(run: Path, checkpoint: Path) -> dict | None:
     """The beam and length penalty `mt tune` chose for this very checkpoint file (the card's), or None."""
     tuning = card_tuning(run, checkpoint)
     return tuning and tuning["chosen"]
-
-
-def decodes_as_tuned(translator: Translator) -> bool:
-    """Whether an opened run translates as `mt tune` chose: its decode section untouched by options,
-    with the tuned beam and length penalty, on the checkpoint tuned, no ensemble. `mt evaluate` files
-    such a result also as SPLIT-tuned (what `mt report` compares by default); `mt serve`'s /info and
-    page say so."""
-    chosen = tuned_setting(translator.run, translator.checkpoint)
-    decode = translator.decode
-    if translator.ensemble or not chosen or decode != translator.config.decode:
-        return False
-    return (decode.beam, decode.length_penalty) == (chosen["beam"], chosen["length_penalty"])
 
 
 def tune_unless_tuned(run: Path, device: str = "auto") -> dict | None:
