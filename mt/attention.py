@@ -158,11 +158,12 @@ def attention_json(found, heads: int) -> dict:
     probabilities per kind as [layer][head][query][key], to 4 decimals."""
     T, S = len(found.target), len(found.source)
     src_mask, tgt_mask = torch.tensor(found.source_mask), torch.tensor(found.target_mask)
+    # (S, S), (T, S), (T, T)
     masks = {
         "encoder": src_mask.expand(S, S),
         "cross": src_mask.expand(T, S),
         "decoder": decoder_self_mask(T, tgt_mask[None])[0, 0],
-    }  # (S, S), (T, S), (T, T)
+    }
     rounded = lambda layers: [(w.double() * 1e4).round().div(1e4).tolist() for w in layers]  # noqa: E731
     return {
         "translation": found.translation,
