@@ -198,7 +198,7 @@ def groups_section(groups: list[list], metrics: list, tokenizer: str) -> list[st
     base = f"`{label_of(groups[0])}` ({len(groups[0])})"
     for group, test in zip(groups[1:], tests[1:]):
         said = "; ".join(_verdict(m.label, test[m.key]) for m in metrics)
-        out.append(f"- `{label_of(group)}` ({len(group)} seeds) vs {base}: {said}.")
+        out.append(f"- `{label_of(group)}` ({len(group)} seed{'s' * (len(group) != 1)}) vs {base}: {said}.")
     return out
 
 
