@@ -172,7 +172,7 @@ def _train_config(config: Path, out: Path) -> Outcome:
     """`mt train CONFIG` with training itself replaced by a stand-in: the config reader is under test."""
     from unittest import mock
 
-    finished = {"interrupted": "", "step": 0, "stopped": ""}
+    finished = {"interrupted": "", "step": 0, "stopped": "", "tuning": None}
     with mock.patch("mt.train.train", lambda cfg, run_dir, force_new=False: finished):
         return run_cli(["train", str(config), "--run-dir", str(out)])
 
@@ -505,7 +505,7 @@ def make_workspace(root: Path, corpus: Path) -> Workspace:
     (configs / "base.yaml").write_text(base_yaml(corpus))
     (configs / "child.yaml").write_text(
         "# a child config\nbase: base.yaml\ntrain:\n  max_steps: 6\n  valid_every: 2\n"
-        "  keep_last: 3\n  log_every: 2\ndecode:\n  beam: 2\n"
+        "  keep_last: 3\n  log_every: 2\n  tune: false\ndecode:\n  beam: 2\n"
     )
     run = root / "run"
     train(load_config(configs / "child.yaml"), run)
