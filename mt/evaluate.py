@@ -14,11 +14,12 @@ from mt.decode_config import evaluation_name
 from mt.metrics import corpus_scores
 from mt.model import Seq2Seq, count_parameters
 from mt.plumbing.files import write_text
-from mt.run.card import card_tuning, read_card, training_record, update_card
+from mt.run.card import read_card, training_record, update_card
 from mt.run.checkpoint import load_checkpoint
 from mt.run.provenance import code_version, config_section, hardware
 from mt.run.records import progress_of
 from mt.training.distributed import resolve_device
+from mt.training.tuning import tuned_setting
 from mt.translator import Translator
 
 
@@ -27,11 +28,10 @@ def decodes_as_tuned(translator: Translator) -> bool:
     with the tuned beam and length penalty, on the checkpoint tuned, no ensemble. `mt evaluate` files
     such a result also as SPLIT-tuned (what `mt report` compares by default); `mt serve`'s /info and
     page say so."""
-    tuning = card_tuning(translator.run, translator.checkpoint)
+    chosen = tuned_setting(translator.run, translator.checkpoint)
     decode = translator.decode
-    if translator.ensemble or not tuning or decode != translator.config.decode:
+    if translator.ensemble or not chosen or decode != translator.config.decode:
         return False
-    chosen = tuning["chosen"]
     return (decode.beam, decode.length_penalty) == (chosen["beam"], chosen["length_penalty"])
 
 
