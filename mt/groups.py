@@ -187,11 +187,17 @@ def groups_section(groups: list[list], metrics: list, tokenizer: str) -> list[st
         " of means against the first group, counting the seeds' spread and the test sentences' (paired"
         f" bootstrap, {RESAMPLES} resamples; mt.groups, after Clark et al. 2011); * = p < {P_THRESHOLD}.",
         "",
-        "| group | seeds | val BLEU | " + " | ".join(f"{m.label} | p" for m in metrics) + " |",
-        "|" + "---|" * (3 + 2 * len(metrics)),
+        "| group | seeds | "
+        + " | ".join(f"val {m.label}" for m in metrics)
+        + " | "
+        + " | ".join(f"{m.label} | p" for m in metrics)
+        + " |",
+        "|" + "---|" * (2 + 3 * len(metrics)),
     ]
     for group, test in zip(groups, tests):
-        val = _spread([r.card.get("training", {}).get("best_val_bleu") for r in group])
+        val = " | ".join(
+            _spread([r.card.get("training", {}).get(f"best_val_{m.key}") for r in group]) for m in metrics
+        )
         cells = [f"{_spread([r.result()[m.key] for r in group])} | {_p(test, m.key)}" for m in metrics]
         out.append(f"| {label_of(group)} | {len(group)} | {val} | {' | '.join(cells)} |")
     out.append("")

@@ -331,7 +331,7 @@ def _table(runs: list[Run], tests: dict[str, dict], best: list[Run]) -> list[str
     config keys that differ."""
     keys = differing_keys([run.config for run in runs])
     columns = ["run", "config (hash)", "params", "steps", "epochs", "wall", "tok/s", "multiply-adds"]
-    columns += ["best step", "val BLEU"]
+    columns += ["best step", *(f"val {m.label}" for m in HEADLINE)]
     columns += [name for m in METRICS for name in ([m.label, "p"] if m.headline else [m.label])]
     columns += ["len ratio"] + [f"`{k}`" for k in keys]
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -347,7 +347,7 @@ def _table(runs: list[Run], tests: dict[str, dict], best: list[Run]) -> list[str
             f"| {c['parameters'] / 1e6:.2f}M | {t.get('steps', '–')} | {t.get('epochs', '–')} "
             f"| {_fmt(t.get('wall_s'), '.0f')} s | {_fmt(t.get('tokens_per_s'), '.0f')} "
             f"| {_compute(t)} "
-            f"| {t.get('best_step', '–')} | {_fmt(t.get('best_val_bleu'))} "
+            f"| {t.get('best_step', '–')} | {' | '.join(_fmt(t.get(f'best_val_{m.key}')) for m in HEADLINE)} "
             f"| {' | '.join(scores)} | {_fmt(res.get('length_ratio'), '.3f')} |"
             + "".join(f" {keys[k][i]} |" for k in keys)
         )

@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from mt.batching import BatchStream, Pairs
 from mt.config import RunConfig
 from mt.data import load_split
+from mt.metrics import HEADLINE
 from mt.model import Seq2Seq, count_parameters
 from mt.output_pieces import target_pieces
 from mt.plumbing.errors import WriteError
@@ -101,11 +102,9 @@ def validation_lines(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[list[str
 
 
 def best_so_far(p: Progress) -> str:
-    return (
-        f"best val BLEU {p.best['bleu']:.2f} at step {p.best_step}"
-        if p.validated_step >= 0
-        else "no validation yet"
-    )
+    if p.validated_step < 0:
+        return "no validation yet"
+    return f"best val {', '.join(f'{m.label} {p.best[m.key]:.2f}' for m in HEADLINE)} at step {p.best_step}"
 
 
 def setup(

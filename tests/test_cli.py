@@ -144,9 +144,11 @@ def test_checkpoints_files_and_finished_runs(tmp_path, tiny):
     assert mt_cli("train", "configs/toy.yaml", "--run-dir", str(run), *sets).returncode == 0
     again = mt_cli("train", "configs/toy.yaml", "--run-dir", str(run), *sets)
     assert again.returncode == 0 and "kept" not in again.stderr  # no data loaded
-    bleu = json.loads((run / "card.json").read_text())["training"]["best_val_bleu"]
+    training = json.loads((run / "card.json").read_text())["training"]
+    bleu, chrf = training["best_val_bleu"], training["best_val_chrf"]
     assert again.stderr.splitlines()[-1].endswith(
-        f"{run}: already finished at step 3 (reached train.max_steps=3); best val BLEU {bleu:.2f} at step 3; "
+        f"{run}: already finished at step 3 (reached train.max_steps=3); best val BLEU {bleu:.2f}, "
+        f"chrF {chrf:.2f} at step 3; "
         f"raise train.max_steps (or max_minutes, patience) with --set to train further"
     )
     (run / "best.pt").unlink()  # as if stopped before its first validation

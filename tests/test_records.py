@@ -8,9 +8,18 @@ import math
 import pytest
 import torch
 
-from mt.metrics import BY_KEY
+from mt.metrics import BEST_METRICS, BY_KEY
 from mt.plumbing.schema import build
-from mt.run.records import Card, Checkpoint, Progress, Result, current_progress, metrics_row_problem, problem
+from mt.run.records import (
+    Card,
+    Checkpoint,
+    Progress,
+    Result,
+    Training,
+    current_progress,
+    metrics_row_problem,
+    problem,
+)
 
 
 def test_metrics_rows_are_told_apart_by_their_kind():
@@ -21,6 +30,12 @@ def test_metrics_rows_are_told_apart_by_their_kind():
     )
     assert metrics_row_problem({"step": 2}) == "an object with none of loss, val_bleu, skipped_update"
     assert metrics_row_problem([]) == "a JSON list with none of loss, val_bleu, skipped_update"
+
+
+def test_the_training_record_has_a_best_val_field_for_each_metric_training_may_follow():
+    """card.training_record writes best_val_<key> for each of BEST_METRICS; Training describes them."""
+    described = {f.name for f in dataclasses.fields(Training) if f.name.startswith("best_val_")}
+    assert described == {f"best_val_{key}" for key in BEST_METRICS}
 
 
 @pytest.mark.parametrize(

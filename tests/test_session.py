@@ -37,4 +37,4 @@ def test_the_best_so_far_is_named_once_a_validation_has_run():
     assert best_so_far(progress) == "no validation yet"
     assert progress.record({"val_bleu": 12.5, "val_chrf": 40.0, "val_loss": 3.0}, "bleu")
     progress.validated_step = 4
-    assert best_so_far(progress) == "best val BLEU 12.50 at step 4"
+    assert best_so_far(progress) == "best val BLEU 12.50, chrF 40.00 at step 4"

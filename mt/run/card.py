@@ -47,7 +47,7 @@ def card_summary(run_dir: str | Path) -> dict:
     training = card.get("training", {})
     return {
         "steps": training.get("steps"),
-        "best_val_bleu": training.get("best_val_bleu"),
+        **{f"best_val_{m.key}": training.get(f"best_val_{m.key}") for m in HEADLINE},
         "stopped": training.get("stopped"),
         "parameters": card.get("parameters"),
         "results": {k: {m.key: r.get(m.key) for m in HEADLINE} for k, r in card.get("results", {}).items()},
