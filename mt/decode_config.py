@@ -230,7 +230,10 @@ def evaluation_name(split: str, decode: DecodeConfig, checkpoint: str = "best", 
         for f in dataclasses.fields(DecodeConfig)
         if getattr(decode, f.name) != getattr(default, f.name)
     ]
-    spelled = lambda parts: [spell(decode) for fields, spell in parts if set(differs) & set(fields)]  # noqa: E731
+
+    def spelled(parts):
+        return [spell(decode) for fields, spell in parts if set(differs) & set(fields)]
+
     named = {f for fields, _ in [*SEARCH_PARTS, SAMPLING_PART] for f in fields} | set(UNNAMED)
     parts = [
         split,

@@ -307,3 +307,16 @@ def test_no_comment_dangles_on_a_closing_bracket():
         if re.match(r"\s*[)\]}]+,?  # (?!fmt: skip)", line)
     ]
     assert dangling == []
+
+
+def test_no_line_outruns_the_formatters_width():
+    """ruff's line-length (pyproject.toml) holds in mt/ for what the formatter leaves alone too:
+    `# fmt: skip` tables and lines that a `# noqa` lets through."""
+    width = int(re.search(r"^line-length = (\d+)$", (PACKAGE.parent / "pyproject.toml").read_text(), re.M)[1])
+    long = [
+        f"{path.relative_to(PACKAGE)}:{n}"
+        for path in [*PACKAGE.glob("*.py"), *PACKAGE.glob("*/*.py")]
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if len(line) > width
+    ]
+    assert long == []
