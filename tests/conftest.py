@@ -196,6 +196,15 @@ def file_hashes(folder: Path) -> dict:
     }
 
 
+def table(text: str) -> list[dict[str, str]]:
+    """The first Markdown table of `text`, a dict a row keyed by the header's cells: a `p` column is
+    named for the column before it (`BLEU p`), so that a test reads a cell by name, not by position."""
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    names = [f"{header[i - 1]} p" if name == "p" else name for i, name in enumerate(header)]
+    return [dict(zip(names, (cell.strip() for cell in line.strip("|").split("|")))) for line in lines[1:]]
+
+
 def metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 

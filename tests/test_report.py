@@ -5,6 +5,7 @@ import shutil
 import sys
 
 import pytest
+from conftest import table
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
@@ -28,9 +29,9 @@ from mt.translator import Translator
 def test_report_rows_keys_and_p_value(two_runs, tmp_path):
     out, plots = write_report(two_runs, tmp_path / "report.md")
     text = out.read_text()
-    table = [line for line in text.splitlines() if line.startswith("| ")]
-    assert table[0].split("|")[-2].strip() == "`train.label_smoothing`"  # the one differing key
-    rows = {line.split("|")[1].strip().rstrip(" ★"): line for line in table[1:]}
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert lines[0].split("|")[-2].strip() == "`train.label_smoothing`"  # the one differing key
+    rows = {line.split("|")[1].strip().rstrip(" ★"): line for line in lines[1:]}
     assert set(rows) == {"ls01", "ls0"}
     assert rows["ls01"].split("|")[-2].strip() == "0.1" and rows["ls0"].split("|")[-2].strip() == "0.0"
     refs = (two_runs[0] / "ref-test.txt").read_text().splitlines()  # sacreBLEU's own test, from the files
@@ -38,11 +39,12 @@ def test_report_rows_keys_and_p_value(two_runs, tmp_path):
     _, scores = PairedTest(
         systems, {"BLEU": BLEU(), "chrF": CHRF()}, [refs], test_type="bs", n_samples=1000
     )()
-    assert rows["ls0"].split("|")[12].strip() == _p(scores["BLEU"][1].p_value)  # seeded: the same draws
-    assert rows["ls0"].split("|")[14].strip() == _p(scores["chrF2"][1].p_value)  # sacreBLEU names it chrF2
-    assert rows["ls01"].split("|")[12].strip() == "–"  # the baseline has no p
+    cells = {row["run"].rstrip(" ★"): row for row in table(text)}
+    assert cells["ls0"]["BLEU p"] == _p(scores["BLEU"][1].p_value)  # seeded: the same draws
+    assert cells["ls0"]["chrF p"] == _p(scores["chrF2"][1].p_value)  # sacreBLEU names it chrF2
+    assert cells["ls01"]["BLEU p"] == "–"  # the baseline has no p
     assert "`ls0` vs `ls01`: BLEU" in text and text.count("★") == 2  # legend + the best row
-    header = [cell.strip() for cell in table[0].split("|")]
+    header = [cell.strip() for cell in lines[0].split("|")]
     assert [m.label for m in METRICS] == [cell for cell in header if cell in {m.label for m in METRICS}]
     assert all(f"- {m.label}" in text for m in METRICS)  # each metric's signature line
     assert (tmp_path / "report-curves.png").read_bytes()[:4] == b"\x89PNG"
@@ -66,8 +68,8 @@ def test_report_refuses_runs_on_another_test_set(two_runs, small_corpus, tmp_pat
         f"> **Not compared:** `{other}` was scored on a different test set (other references) than the "
         f"baseline"
     ) in text
-    row = next(line for line in text.splitlines() if line.startswith("| other-run"))
-    assert row.split("|")[12].strip() == "–"
+    row = next(row for row in table(text) if row["run"] == "other-run")
+    assert row["BLEU p"] == "–"
     assert "Nothing to test: fewer than two comparable runs." in text
 
 
@@ -88,10 +90,10 @@ def test_one_run_compares_two_of_its_evaluations(two_runs, tmp_path, capsys):
     run = two_runs[0]
     evaluate_run(Translator.from_run(run, "last", device="cpu"), "test")
     text = write_report([run, f"{run}@test-last"], tmp_path / "r.md")[0].read_text()
-    rows = [line.split("|") for line in text.splitlines() if line.startswith("| ls01")]
-    assert [r[1].strip().rstrip(" ★") for r in rows] == ["ls01", "ls01@test-last"]
+    rows = table(text)
+    assert [r["run"].rstrip(" ★") for r in rows] == ["ls01", "ls01@test-last"]
     card = json.loads((run / "card.json").read_text())["results"]
-    assert [r[11].strip() for r in rows] == [
+    assert [r["BLEU"] for r in rows] == [
         f"{card['test']['bleu']:.2f}",
         f"{card['test-last']['bleu']:.2f}",
     ]
@@ -133,14 +135,10 @@ def test_report_compares_each_run_at_its_own_decoding_by_default(two_runs, tmp_p
         "Decoding: `tuned` beam 2, length penalty 1.5 (`test-tuned`: tuned on val); `ls01` beam 1, length "
         "penalty 1.0 (`test`)."
     ) in text
-    rows = {
-        line.split("|")[1].strip().rstrip(" ★"): line.split("|")
-        for line in text.splitlines()
-        if line.startswith("| ")
-    }
+    rows = {row["run"].rstrip(" ★"): row for row in table(text)}
     results = json.loads((tuned / "card.json").read_text())["results"]
     assert sorted(results) == ["test-beam2-lp1.5", "test-tuned"]
-    assert rows["tuned"][11].strip() == f"{results['test-tuned']['bleu']:.2f}"
+    assert rows["tuned"]["BLEU"] == f"{results['test-tuned']['bleu']:.2f}"
     assert "- `ls01` vs `tuned`: BLEU " in text
 
 
