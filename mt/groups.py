@@ -180,6 +180,8 @@ def groups_section(groups: list[list], metrics: list, tokenizer: str) -> list[st
         {k: group_statistics(group, groups[0][0], metric) for k, metric in made.items()} for group in groups
     ]
     tests = [None] + [{k: between_groups(made[k], stats[0][k], s[k]) for k in made} for s in stats[1:]]
+    columns = ["group", "seeds", *(f"val {m.label}" for m in metrics)]
+    columns += [name for m in metrics for name in (m.label, "p")]
     out = [
         "## Groups: runs that differ only in train.seed",
         "",
@@ -187,12 +189,8 @@ def groups_section(groups: list[list], metrics: list, tokenizer: str) -> list[st
         " of means against the first group, counting the seeds' spread and the test sentences' (paired"
         f" bootstrap, {RESAMPLES} resamples; mt.groups, after Clark et al. 2011); * = p < {P_THRESHOLD}.",
         "",
-        "| group | seeds | "
-        + " | ".join(f"val {m.label}" for m in metrics)
-        + " | "
-        + " | ".join(f"{m.label} | p" for m in metrics)
-        + " |",
-        "|" + "---|" * (2 + 3 * len(metrics)),
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
     ]
     for group, test in zip(groups, tests):
         val = " | ".join(
