@@ -19,10 +19,15 @@ updates. The levers:
   translations for the rest.
 
 A child run restarts Adam; its schedule warms up over 200 updates to the parent's last learning rate
-and falls linearly to 0 at its last update. Each pipeline is resumable: every command is `mt`'s own
-(a finished run is left as it is, a distilled folder is found again). Runs go to RUNS/r67-LEVER (seed
-1) or RUNS/r67-LEVER-sN, a parent beside its child as ...-parent. Only val is looked at; `--test`
-evaluates the pipeline's last run on test2016 (for the lever chosen).
+and falls linearly to 0 at its last update. The target run shares its first 5,000 updates with the
+selfdistill parent of its seed (the same config up to train.max_steps): it starts as a copy of that
+parent, trained first if missing, and resumes from its last.pt, which equals training in one go
+(tests/test_resume.py), so the two levers' shared updates are trained once.
+
+Each pipeline is resumable: every command is `mt`'s own (a finished run is left as it is, a distilled
+folder is found again). Runs go to RUNS/r67-LEVER (seed 1) or RUNS/r67-LEVER-sN, a parent beside its
+child as ...-parent. Only val is looked at; `--test` evaluates the pipeline's last run on test2016 (for
+the lever chosen).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -49,10 +55,11 @@ class Stage:
     sets: list[str] = field(default_factory=list)
     child: bool = False
     distilled: bool = False  # trains on the parent's translations plus the references
+    continues: str = ""  # a lever whose first run this one continues (a copy of it, resumed)
 
 
 LEVERS = {
-    "target": [Stage(10300)],
+    "target": [Stage(10300, continues="selfdistill")],
     "vocab8k": [Stage(10900, ["tokenizer.vocab_size=8000"])],
     "vocab6k": [Stage(11600, ["tokenizer.vocab_size=6000"])],
     "bit": [Stage(3000, ["data.both_directions=true"]), Stage(6300, child=True)],
@@ -95,17 +102,28 @@ def child_sets(parent: Path, stage: Stage) -> list[str]:
     return sets
 
 
+def train(config: str, run: Path, sets: list[str]) -> None:
+    mt("train", config, "--run-dir", str(run), *[arg for s in sets for arg in ("--set", s)])
+
+
 def run_lever(
     lever: str, seed: int, runs: Path, test: bool, config: str, scale: float, extra: list[str]
 ) -> None:
     stages = LEVERS[lever]
+
+    def sets_of(stage: Stage) -> list[str]:
+        steps = max(1, round(stage.steps * scale))
+        return TARGET + stage.sets + extra + [f"train.seed={seed}", f"train.max_steps={steps}"]
+
     parent = None
     for i, stage in enumerate(stages):
         run = run_dir(runs, lever, seed, last=i == len(stages) - 1)
-        steps = max(1, round(stage.steps * scale))
-        sets = TARGET + stage.sets + extra + [f"train.seed={seed}", f"train.max_steps={steps}"]
-        sets += child_sets(parent, stage) if stage.child else []
-        mt("train", config, "--run-dir", str(run), *[arg for s in sets for arg in ("--set", s)])
+        if stage.continues and not run.exists():
+            shared_stages = LEVERS[stage.continues]
+            shared = run_dir(runs, stage.continues, seed, last=len(shared_stages) == 1)
+            train(config, shared, sets_of(shared_stages[0]))
+            shutil.copytree(shared, run, ignore=shutil.ignore_patterns("train.lock"))
+        train(config, run, sets_of(stage) + (child_sets(parent, stage) if stage.child else []))
         parent = run
     if test:
         mt("evaluate", "--run", str(parent), "--split", "test")
