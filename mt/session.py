@@ -20,7 +20,7 @@ from mt.data import load_split
 from mt.metrics import HEADLINE
 from mt.model import Seq2Seq, count_parameters
 from mt.output_pieces import target_pieces
-from mt.plumbing.errors import WriteError
+from mt.plumbing.errors import RunDirError, WriteError
 from mt.run import checkpoint, folder
 from mt.run.card import read_card, training_record, update_card
 from mt.run.folder import MetricsLog
@@ -286,8 +286,6 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
             p.elapsed_s,
             p.train_seconds,
         )
-    if s.ranks.main and s.cfg.train.average_last and not interrupted:
-        checkpoint.write_average(s.run_dir, s.cfg.train.average_last)
     if s.ranks.main:
         update_card(
             s.run_dir,
@@ -299,7 +297,18 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
             training=training_record(s.cfg.train, p, interrupted or stop, *compute(s)),
             cleaning=s.cleaning,
         )
+    if s.ranks.main and s.cfg.train.average_last and not interrupted:
+        average_at_the_end(s.run_dir, s.cfg.train.average_last)
     return summary(p, stop, interrupted)
+
+
+def average_at_the_end(run_dir: Path, last: int) -> None:
+    """train.average_last after a finished training: too few kept models is a warning, not an error,
+    since the training itself succeeded (`mt average` averages what there is, with --last)."""
+    try:
+        checkpoint.write_average(run_dir, last)
+    except RunDirError as e:
+        log.warning("%s; no averaged.pt written", e)
 
 
 def compute(s: Session) -> tuple[float, float | None]:

@@ -27,9 +27,10 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from mt.config import RunConfig, TrainConfig
 from mt.metrics import HEADLINE, label
 from mt.run import checkpoint
+from mt.run.card import read_card
 from mt.run.folder import read_metrics
 from mt.run.records import Progress, Window
-from mt.run.resume import resume_checkpoint
+from mt.run.resume import Resumed, resume_checkpoint
 from mt.session import Session, best_so_far, finish, save, setup, summary, write_metrics
 from mt.step import StepStats, learning_rate, train_step
 from mt.training import distributed
@@ -239,7 +240,13 @@ def elapsed(s: Session, clock_start: float) -> float:
     return distributed.from_main(seconds, s.ranks) if s.cfg.train.max_minutes and s.ranks.enabled else seconds
 
 
-def already_finished(run_dir: Path, t: TrainConfig, p: Progress) -> dict:
+def already_finished(run_dir: Path, t: TrainConfig, resumed: Resumed | None) -> dict | None:
+    """A resumed run already at its stop, said before loading any data: its summary; None for a run to
+    train, and for a finished run whose card lacks its training record (stopped between its last save
+    and its card), which goes through setup to `finish` with no update to take."""
+    if not resumed or not stop_reason(t, resumed.progress) or "training" not in read_card(run_dir):
+        return None
+    p = resumed.progress
     log.info(
         "%s: already finished at step %d (%s); %s; raise train.max_steps (or max_minutes, patience) "
         "with --set to train further",
@@ -267,8 +274,8 @@ def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
     that stopped it, `stopped`: the stop condition)."""
     ranks, t, run_dir = distributed.ranks_from_env(), cfg.train, Path(run_dir)
     resumed = None if force_new else resume_checkpoint(cfg, run_dir, ranks.world)
-    if resumed and stop_reason(t, resumed.progress):  # say so before loading any data
-        return tuned_at_the_end(cfg, run_dir, ranks, already_finished(run_dir, t, resumed.progress))
+    if finished := already_finished(run_dir, t, resumed):
+        return tuned_at_the_end(cfg, run_dir, ranks, finished)
     with contextlib.ExitStack() as cleanup:
         s = setup(cfg, run_dir, force_new, resumed, ranks, cleanup)
         p = s.progress

@@ -2,6 +2,8 @@
 a checkpoint is written resumes from the previous one, and SIGTERM/SIGINT checkpoint and say how to
 resume."""
 
+import json
+import logging
 import os
 import signal
 import subprocess
@@ -211,3 +213,24 @@ def test_a_run_saved_before_eval_and_auto_coverage_resumes_as_if_never_stopped(t
     train(tiny_config("train.max_steps=20"), resumed)
     assert_same_weights(weights(straight / "last.pt"), weights(resumed / "last.pt"))
     assert train_losses(straight) == train_losses(resumed)
+
+
+def test_too_few_models_to_average_warns_and_a_lost_card_record_is_rewritten(tmp_path, tiny_config, caplog):
+    """A training that ends with fewer kept models than train.average_last still writes its card; a
+    finished run whose card lost its training record (stopped before writing it) gets it back."""
+    cfg = tiny_config("train.max_steps=14", "train.keep_last=5", "train.average_last=5", "train.tune=false")
+    with caplog.at_level(logging.WARNING, logger="mt"):
+        assert train(cfg, tmp_path)["step"] == 14
+    assert f"{tmp_path}: 2 kept checkpoints (ckpt-*.pt), fewer than the 5 to average" in caplog.text
+    assert "no averaged.pt written" in caplog.text
+    assert not (tmp_path / "averaged.pt").exists()
+    card = json.loads((tmp_path / "card.json").read_text())
+    record = card.pop("training")
+    assert record["steps"] == 14 and record["multiply_adds"] > 0
+    (tmp_path / "card.json").write_text(json.dumps(card))
+    before = metrics(tmp_path)
+    assert train(cfg, tmp_path)["step"] == 14
+    rewritten = json.loads((tmp_path / "card.json").read_text())["training"]
+    same = ["steps", "epochs", "multiply_adds", "pipeline_multiply_adds", "best_step", "best_val_bleu"]
+    assert {k: rewritten[k] for k in same} == {k: record[k] for k in same}
+    assert metrics(tmp_path) == before  # no update taken, nothing logged twice
