@@ -16,6 +16,7 @@ from mt.config import (
 )
 from mt.plumbing.config_yaml import config_differences
 from mt.plumbing.errors import ConfigError
+from mt.run.parent import HOW_BPE_CHOSE, TRAINING_ONLY, mismatches
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 # the recipes, and under experiments/ the configs that reproduce a document
@@ -33,6 +34,30 @@ def test_shipped_configs_validate(path):
     cfg = load_config(path)
     assert cfg.name == path.stem
     assert cfg.base == "", f"{path}: a shipped config is self-contained, not chained onto a moving default"
+
+
+def test_the_two_stage_recipe_is_the_pipeline_that_was_measured():
+    """configs/multi30k-bit*.yaml are issue 67's bit lever (scripts/experiments/levers.py: the recipe
+    with the target's output layer; both directions for 3,000 updates, then a child with a 200-update
+    warmup to the parent's last inverse-sqrt lr, decaying linearly over 6,300), stage 2 a valid child
+    of stage 1. Only what does not touch the weights differs: which models are kept, averaged, tuned."""
+    recipe = load_config(CONFIG_DIR / "multi30k-best.yaml", ["model.output_pieces=target"])
+    both, forward = (load_config(CONFIG_DIR / f"multi30k-{n}.yaml") for n in ("bit-both", "bit"))
+    bookkeeping = ("name", "train.keep_last", "train.average_last", "train.tune", "train.patience")
+    assert config_differences(config_to_dict(recipe), config_to_dict(both), bookkeeping) == {
+        "data.both_directions": (False, True),
+        "train.max_steps": (7900, 3000),
+    }
+    lr = round(5e-3 * (2000 / 3000) ** 0.5, 5)
+    assert config_differences(config_to_dict(recipe), config_to_dict(forward), bookkeeping) == {
+        "train.lr": (5e-3, lr),
+        "train.warmup_steps": (2000, 200),
+        "train.schedule": ("inverse_sqrt", "linear"),
+        "train.max_steps": (7900, 6300),
+        "train.init_from": ("", "runs/multi30k-bit-both"),  # where `make bit` trains stage 1
+    }
+    assert not mismatches(both, forward, "model", Path("stage 1"), ignore=TRAINING_ONLY)
+    assert not mismatches(both, forward, "tokenizer", Path("stage 1"), ignore=HOW_BPE_CHOSE)
 
 
 def test_yaml_round_trip(tmp_path):
