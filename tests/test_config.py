@@ -43,7 +43,7 @@ def test_the_two_stage_recipe_is_the_pipeline_that_was_measured():
     of stage 1. Only what does not touch the weights differs: which models are kept, averaged, tuned."""
     recipe = load_config(CONFIG_DIR / "multi30k-best.yaml", ["model.output_pieces=target"])
     both, forward = (load_config(CONFIG_DIR / f"multi30k-{n}.yaml") for n in ("bit-both", "bit"))
-    bookkeeping = ("name", "train.keep_last", "train.average_last", "train.tune", "train.patience")
+    bookkeeping = ("name", "train.keep_last", "train.average_last", "train.tune")
     assert config_differences(config_to_dict(recipe), config_to_dict(both), bookkeeping) == {
         "data.both_directions": (False, True),
         "train.max_steps": (7900, 3000),
