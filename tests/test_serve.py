@@ -117,13 +117,14 @@ def test_a_line_break_or_a_lone_surrogate_inside_an_item_stays_one_line(client, 
 
 def test_a_full_queue_is_503_not_a_hang(served):
     worker = make_worker(served, max_queue=2)
-    release = threading.Event()
+    decoding, release = threading.Event(), threading.Event()
     translate = worker.translate
-    worker.translate = lambda *args: (release.wait(30), translate(*args))[1]
+    worker.translate = lambda *args: (decoding.set(), release.wait(30), translate(*args))[2]
     worker.start()
     first = worker.submit(Job.translate(["a"], served[1].decode))
-    while worker.queue.qsize():  # the worker has taken it and waits on `release`
-        time.sleep(0.01)
+    # its round is closed and decoding waits on `release` (an empty queue alone is not enough: the
+    # worker takes jobs that come within max_wait_ms of the first into the same round)
+    assert decoding.wait(30)
     waiting = [worker.submit(Job.translate(["b"], served[1].decode)) for _ in range(2)]
     with TestClient(create_app(worker, {})) as c:
         response = c.post("/translate", json={"lines": ["c"]})
