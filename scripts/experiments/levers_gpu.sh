@@ -30,15 +30,8 @@ pipelines() {
   echo "recipe" "$PY -m mt train configs/multi30k-best.yaml --run-dir $RUNS/r67-recipe ${sets[*]}" \
     "&& $PY -m mt evaluate --run $RUNS/r67-recipe --split test"
   # the recipe as shipped (make bit), seed 3; mt on the PATH is this Python's
-  if command -v make >/dev/null; then
-    echo "bit-s3" "make bit VENV=$STATE/venv BIN=$STATE/bin BIT=$RUNS/r67-bit-s3" \
-      "SET='train.seed=3 ${smoke[*]}'"
-  else # the Makefile's three commands
-    local bit=$RUNS/r67-bit-s3 seed=(--set train.seed=3 "${sets[@]}")
-    echo "bit-s3" "$PY -m mt train configs/multi30k-bit-both.yaml --run-dir $bit-both ${seed[*]}" \
-      "&& $PY -m mt train configs/multi30k-bit.yaml --run-dir $bit --set train.init_from=$bit-both" \
-      "${seed[*]} && $PY -m mt evaluate --run $bit --split test"
-  fi
+  echo "bit-s3" "make bit VENV=$STATE/venv BIN=$STATE/bin BIT=$RUNS/r67-bit-s3" \
+    "SET='train.seed=3 ${smoke[*]}'"
   for lever_seed in target:3 vocab8k:1 vocab6k:1; do
     lever=${lever_seed%:*} seed=${lever_seed#*:}
     echo "$lever-s$seed" "$PY scripts/experiments/levers.py $lever --seed $seed --runs $RUNS --test" \
