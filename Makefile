@@ -6,6 +6,9 @@ CONFIG ?= configs/multi30k.yaml
 NAME := $(basename $(notdir $(CONFIG)))
 RUN ?= runs/$(NAME)
 SET ?=
+# SEEDS=N: make compare and make bit train seeds 1..N, each into a run folder of its own (NAME-seedK)
+SEEDS ?=
+SEED_LIST := $(if $(SEEDS),$(shell seq 1 $(SEEDS)))
 NPROC ?= 1
 # NPROC > 1: data-parallel training under torchrun (gloo on CPU, NCCL on GPUs)
 TRAIN := $(if $(filter-out 1,$(NPROC)),$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) -m mt,$(BIN)/mt) train
@@ -33,12 +36,21 @@ train: install
 	$(BIN)/mt evaluate --run $(RUN) --split test
 
 # the strongest Multi30k recipe (issue 67), two runs: both directions for 3,000 updates, then de->en for
-# 6,300 from there (configs/multi30k-bit-both.yaml, configs/multi30k-bit.yaml); SET goes to both stages
+# 6,300 from there (configs/multi30k-bit-both.yaml, configs/multi30k-bit.yaml); SET goes to both stages.
+# SEEDS=3: seeds 1, 2, 3, each a pair of runs of its own (runs/multi30k-bit-seedN-both, runs/multi30k-bit-seedN,
+# the second started from the first), then the report of their group
 BIT ?= runs/multi30k-bit
+BIT_RUNS = $(if $(SEED_LIST),$(foreach n,$(SEED_LIST),$(BIT)-seed$(n)),$(BIT))
 bit: install
-	$(TRAIN) configs/multi30k-bit-both.yaml --run-dir $(BIT)-both $(foreach s,$(SET),--set $(s))
-	$(TRAIN) configs/multi30k-bit.yaml --run-dir $(BIT) --set train.init_from=$(BIT)-both $(foreach s,$(SET),--set $(s))
-	$(BIN)/mt evaluate --run $(BIT) --split test
+	@for seed in $(or $(SEED_LIST),-); do \
+	  run=$(BIT)$$(test $$seed = - || echo -seed$$seed); \
+	  seeded=$$(test $$seed = - || echo --set train.seed=$$seed); \
+	  $(TRAIN) configs/multi30k-bit-both.yaml --run-dir $$run-both $(foreach s,$(SET),--set $(s)) $$seeded && \
+	  $(TRAIN) configs/multi30k-bit.yaml --run-dir $$run --set train.init_from=$$run-both \
+	    $(foreach s,$(SET),--set $(s)) $$seeded && \
+	  $(BIN)/mt evaluate --run $$run --split test || exit $$?; \
+	done
+	$(if $(SEED_LIST),$(BIN)/mt report $(BIT_RUNS) --out $(REPORT) $(if $(SETTING),--setting $(SETTING)))
 
 evaluate: install
 	$(BIN)/mt evaluate --run $(RUN) --split test
@@ -58,9 +70,7 @@ report: install
 # make compare CONFIGS="configs/a.yaml configs/b.yaml": train (or resume) each, evaluate, report.
 # SEEDS=3: each config trained with train.seed 1, 2, 3 into runs/NAME-seed1..3 (the tokenizer and the
 # binarized corpus are the same files where the seed does not change them); the report tests the groups
-SEEDS ?=
 RUNS_DIR ?= runs
-SEED_LIST := $(if $(SEEDS),$(shell seq 1 $(SEEDS)))
 RUNS_OF = $(foreach c,$(CONFIGS),$(if $(SEED_LIST),$(foreach n,$(SEED_LIST),$(RUNS_DIR)/$(basename $(notdir $(c)))-seed$(n)),$(RUNS_DIR)/$(basename $(notdir $(c)))))
 compare: install
 	@test -n "$(CONFIGS)" || { echo 'usage: make compare CONFIGS="configs/a.yaml configs/b.yaml" [SEEDS=3]' >&2; exit 2; }

@@ -138,7 +138,7 @@ def _pieces(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], translations
     """Raw lines and their translations as piece ids, cut to the model's positions as decoding cuts them."""
     limit = model.cfg.max_positions - 1
     src = [ids[:limit] for ids in tokenizer.encode([normalize(line) for line in lines])]
-    return src, [ids[:limit] for ids in tokenizer.encode(translations)]
+    return src, [ids[:limit] for ids in tokenizer.encode_target(translations)]
 
 
 def words_of(pieces: list[str]) -> list[str]:

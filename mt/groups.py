@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import torch
 
 SEED_KEY = "train.seed"
+PARENT_KEY = "train.init_from"
+SEEDED = re.compile(r"-seed\d+(?=-|@|$)")  # a run folder named for its seed: NAME-seedK, NAME-seedK-both
 # what mt tune wrote into config.yaml before the card became the tuned decoding's one home
 TUNED_KEYS = ("decode.beam", "decode.length_penalty", "decode.n_best")
 P_THRESHOLD = 0.05
@@ -46,9 +48,17 @@ def grouped(items: list, key) -> list[list]:
 
 def without_seed(config: dict, tuned: bool = False) -> tuple:
     """A flattened config's items other than train.seed, and for a tuned run (`mt tune`) the decoding
-    it chose: what runs of one config's seeds share."""
+    it chose: what runs of one config's seeds share. A parent run named for its seed (train.init_from
+    of `make bit SEEDS=N`: NAME-seedK-both) counts by its name without the seed: each seed of the
+    second stage starts from the same seed of the first."""
     skip = {SEED_KEY, *(TUNED_KEYS if tuned else ())}
-    return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in skip))
+    return tuple(
+        sorted(
+            (k, repr(SEEDED.sub("", v) if k == PARENT_KEY and isinstance(v, str) else v))
+            for k, v in config.items()
+            if k not in skip
+        )
+    )
 
 
 def group_label(labels: list[str]) -> str:

@@ -75,8 +75,8 @@ class OutputPieces(nn.Module):
         super()._load_from_state_dict(*args, **kwargs)
 
 
-def unwritable(output: OutputPieces, lines: list[list[int]]) -> tuple[int, int] | None:
-    """The first (line number, piece id) of `lines` (piece ids, e.g. forced prefixes) that `output`
-    does not score: no search can write it. None where every piece is writable."""
-    writable = set(output.ids.tolist())
-    return next(((i, p) for i, ids in enumerate(lines) for p in ids if p not in writable), None)
+def written_pieces(models: list) -> list[int] | None:
+    """The pieces every one of `models` (Seq2Seq) writes, sorted: what target-side text is cut into
+    (`Tokenizer.writing`); None where each writes every piece (model.output_pieces: all)."""
+    sets = [set(m.output.ids.tolist()) for m in models if m.output is not None]
+    return sorted(set.intersection(*sets)) if sets else None

@@ -53,7 +53,7 @@ def score_lines(
     model: Seq2Seq, tokenizer: Tokenizer, src: list[str], tgt: list[str], cfg: DecodeConfig, device="cpu"
 ) -> list[Scored]:
     """`score_pairs` of raw line pairs; a pair longer than the model's positions is a DataError."""
-    src_ids, tgt_ids = tokenizer.encode(src), tokenizer.encode(tgt)
+    src_ids, tgt_ids = tokenizer.encode(src), tokenizer.encode_target(tgt)
     limit = model.cfg.max_positions - 1  # room for eos (source) and bos or eos (target)
     for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
         if max(len(s), len(t)) > limit:

@@ -127,8 +127,8 @@ def setup(
         (resumed.tokenizer, None, {}) if resumed else new_tokenizer(cfg, run_dir, parent, ranks)
     )
     train_pairs, folders = training_corpus(cfg, tokenizer, pairs, ranks)
-    val = make_validation(*val_lines, tokenizer, cfg.train.max_tokens) if ranks.main else None
     model, optimizer, scaler, progress = learner(cfg, tokenizer, device, resumed, parent, ranks, train_pairs)
+    val = make_validation(*val_lines, tokenizer, model, cfg.train.max_tokens) if ranks.main else None
     metrics = cleaning = None
     if ranks.main:  # the first write: the lock, then the run's files
         step = progress.step if resumed else None

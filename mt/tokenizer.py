@@ -6,6 +6,7 @@ source + target training text and saved in the run directory (`spm.model`); late
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import heapq
 import io
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.plumbing.files import write_bytes
@@ -60,6 +62,7 @@ class Tokenizer:
                 f"{source}: a sentencepiece model without mt's special ids (pad 0, unk 1, bos 2, "
                 f"eos 3); use the spm.model that mt trained for this run"
             )
+        self._target = self.sp  # what encode_target cuts with (`writing`)
 
     @property
     def sha256(self) -> str:
@@ -73,6 +76,26 @@ class Tokenizer:
     def encode(self, lines: list[str]) -> list[list[int]]:
         """Lines -> piece ids, without bos/eos (the batch adds them)."""
         return self.sp.encode(lines)
+
+    def encode_target(self, lines: list[str]) -> list[list[int]]:
+        """Target-side lines (references to score or validate on, prefixes to continue) -> piece ids
+        the model writes (`writing`): as `encode` where every piece of a line is one of them, else
+        the pieces it lacks cut back into the smaller pieces they were merged from."""
+        return self._target.encode(lines)
+
+    def writing(self, pieces: Iterable[int] | None) -> Tokenizer:
+        """This tokenizer, with `encode_target` cutting text into `pieces` only (None: every piece):
+        the pieces a model's output layer writes (model.output_pieces: target). sentencepiece's BPE
+        merges as before and splits a merged piece outside `pieces` back into the two it was made
+        of (its restricted vocabulary, as JoeyNMT and Marian use for a target vocabulary), so
+        "Bananas" is '▁B an anas' where '▁Ban' is German's alone. A character no target holds has no
+        smaller pieces: it is `<unk>`. The training targets, where `pieces` come from, are cut as
+        `encode` cuts them."""
+        written = copy.copy(self)
+        written._target = (
+            self.sp if pieces is None else spm.SentencePieceProcessor(model_proto=only(self.proto, pieces))
+        )
+        return written
 
     def encode_sampled(self, lines: list[str], dropout: float, seed: int) -> list[list[int]]:
         """BPE-dropout (training only): as `encode`, but each merge is skipped with probability
@@ -129,6 +152,18 @@ class Tokenizer:
 
     def save(self, path: str | Path) -> None:
         write_bytes(path, self.proto)
+
+
+def only(proto: bytes, pieces: Iterable[int]) -> bytes:
+    """A sentencepiece model (`proto`) whose ordinary pieces outside `pieces` are marked unused, which
+    its encoder then never gives (the Python binding of sentencepiece 0.2 lacks SetVocabulary, which
+    does the same to a loaded model)."""
+    model = sentencepiece_model_pb2.ModelProto.FromString(proto)
+    keep, normal = set(pieces), sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL
+    for i, piece in enumerate(model.pieces):
+        if piece.type == normal and i not in keep:
+            piece.type = sentencepiece_model_pb2.ModelProto.SentencePiece.UNUSED
+    return model.SerializeToString()
 
 
 def train_tokenizer(

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -234,6 +235,27 @@ def warn_if_val_loss_rises(s: Session) -> None:
         )
 
 
+def last_save(s: Session, requests: list[str], interrupted: str) -> str:
+    """After the loop: last.pt where a stop was asked, in the loop or during its last update; else the
+    final validation where the last step had none. Returns the stop asked, a stop asked during that
+    validation too ("" = none)."""
+    interrupted = interrupted or asked_to_stop(s, requests)
+    if interrupted:
+        save(s, "last.pt")
+    elif s.progress.validated_step != s.progress.step:
+        validate_and_save(s)
+        interrupted = asked_to_stop(s, requests)
+    return interrupted
+
+
+def asked_to_stop(s: Session, requests: list[str]) -> str:
+    """The stop asked for on any rank since the loop last read it ("" = none): the last update and
+    the final validation do not read it, and a stop asked then still ends the run as one (exit 143 or
+    130, no tuning; the same command finishes it)."""
+    asked = distributed.all_sum(torch.tensor([float(bool(requests))], device=s.device), s.ranks).item() > 0
+    return (requests[0] if requests else "SIGTERM") if asked else ""
+
+
 def elapsed(s: Session, clock_start: float) -> float:
     """The loop's wall clock; under torchrun with max_minutes, rank 0's: all ranks stop at one step."""
     seconds = time.perf_counter() - clock_start
@@ -242,9 +264,11 @@ def elapsed(s: Session, clock_start: float) -> float:
 
 def already_finished(run_dir: Path, t: TrainConfig, resumed: Resumed | None) -> dict | None:
     """A resumed run already at its stop, said before loading any data: its summary; None for a run to
-    train, and for a finished run whose card lacks its training record (stopped between its last save
-    and its card), which goes through setup to `finish` with no update to take."""
-    if not resumed or not stop_reason(t, resumed.progress) or "training" not in read_card(run_dir):
+    train, and for one whose card does not record that stop (stopped between its last save and its
+    card, or by a signal during its last update or final validation), which goes through setup to
+    `finish` (validating first where its last step was not) with no update to take."""
+    stop = stop_reason(t, resumed.progress) if resumed else ""
+    if not stop or read_card(run_dir).get("training", {}).get("stopped") != stop:
         return None
     p = resumed.progress
     log.info(
@@ -252,10 +276,10 @@ def already_finished(run_dir: Path, t: TrainConfig, resumed: Resumed | None) -> 
         "with --set to train further",
         run_dir,
         p.step,
-        stop_reason(t, p),
+        stop,
         best_so_far(p),
     )
-    return summary(p, stop_reason(t, p))
+    return summary(p, stop)
 
 
 def tuned_at_the_end(cfg: RunConfig, run_dir: Path, ranks: distributed.Ranks, result: dict) -> dict:
@@ -319,10 +343,7 @@ def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
                 if stats.stop:  # asked here or on another rank: every rank stops at this step
                     interrupted = requests[0] if requests else "SIGTERM"
                 stop = stop_reason(t, p)
-            if interrupted:
-                save(s, "last.pt")
-            elif p.validated_step != p.step:
-                validate_and_save(s)
+            interrupted = last_save(s, requests, interrupted)
             if not interrupted and time_capped(t, p) and ranks.main:
                 warn_time_capped(t, p)
         p.elapsed_s = time.perf_counter() - clock_start

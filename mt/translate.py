@@ -100,7 +100,7 @@ def search_lines(
     model.eval()
     limit = min(max_source_pieces or model.cfg.max_positions, model.cfg.max_positions - 1)  # room for eos
     owner, parts = source_parts(tokenizer, lines, limit)
-    forced = tokenizer.encode(prefixes) if prefixes else [[] for _ in lines]
+    forced = tokenizer.encode_target(prefixes) if prefixes else [[] for _ in lines]
     lengths = [len(p) + 1 for p in parts]
     found: list[list[Hypothesis]] = [[] for _ in parts]
     groups = list(token_batches(lengths, lengths, max(cfg.batch_tokens // cfg.beam, 1)))
@@ -216,7 +216,7 @@ def as_written(texts: list[str], prefixes: list[str] | None, tokenizer: Tokenize
     pieces are replaced by the prefix itself (its outer whitespace left out, as decoding leaves it)."""
     if not prefixes:
         return texts
-    decoded = tokenizer.decode(tokenizer.encode(prefixes))
+    decoded = tokenizer.decode(tokenizer.encode_target(prefixes))
     return [
         prefix.strip() + text[len(seen) :] if prefix.strip() and text.startswith(seen) else text
         for text, prefix, seen in zip(texts, prefixes, decoded)

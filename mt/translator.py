@@ -40,7 +40,7 @@ from mt.ct2.export import export_model
 from mt.decode import Ensemble
 from mt.decode_config import KEYWORD, DecodeConfig, Spelling, decoding
 from mt.model import Seq2Seq
-from mt.output_pieces import unwritable
+from mt.output_pieces import written_pieces
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.plumbing.files import file_sha256
 from mt.run.folder import checkpoint_path, load_run
@@ -60,7 +60,8 @@ class Translator:
     run, checkpoint   the run directory and the checkpoint file loaded
     config            the run's config, as trained (with `overrides`)
     decode            the decoding options in force: the run's decode config and from_run's options
-    tokenizer, model  the run's tokenizer and torch model (scoring, attention and alignments use it)
+    tokenizer, model  the run's tokenizer (target-side text cut into the pieces every model writes)
+                      and torch model (scoring, attention and alignments use it)
     searcher          what translation searches with: `model`, an Ensemble with it, or a Ct2Model
     """
 
@@ -118,6 +119,8 @@ class Translator:
                 f"{name} decodes with the torch engine: {spelling.fix('engine', 'torch')}", "engine"
             )
         searcher = ensemble_of(run, ensemble, checkpoint, tokenizer, model, name)
+        models = searcher.models if isinstance(searcher, Ensemble) else [model]
+        tokenizer = tokenizer.writing(written_pieces(models))  # prefixes: pieces every model writes
         searcher = engine_for(run, decode, tokenizer, searcher, device, whole_files)
         return cls(run, path, config, decode, tokenizer, model, searcher, device, ensemble, spelling)
 
@@ -156,29 +159,12 @@ class Translator:
             return self._by_sentence(translate_nbest, lines, prefixes, decode, join_best)
 
     def _lines_and_prefixes(self, lines: Any, prefixes: Any) -> tuple[list[str], list[str] | None]:
-        """translate's and nbest's arguments checked (`as_lines`), one prefix per line, each made of
-        pieces that every model's output layer writes (`unwritable`)."""
+        """translate's and nbest's arguments checked (`as_lines`), one prefix per line ("" for none):
+        the tokenizer cuts each into pieces that every model writes (`Tokenizer.writing`)."""
         lines = as_lines("lines", lines)
         prefixes = None if prefixes is None else as_lines("prefixes", prefixes)
         one_per_line("prefixes", prefixes, lines, ' ("" for none)')
-        if prefixes:
-            self._check_writable(prefixes)
         return lines, prefixes
-
-    def _check_writable(self, prefixes: list[str]) -> None:
-        """A prefix holding a piece that a model's output layer lacks (model.output_pieces: target) is
-        refused: no search can write it."""
-        models = self.searcher.models if isinstance(self.searcher, Ensemble) else [self.model]
-        for model in [m for m in models if m.output is not None]:
-            found = unwritable(model.output, self.tokenizer.encode(prefixes))
-            if found:
-                piece = self.tokenizer.sp.id_to_piece(found[1])
-                raise ConfigError(
-                    f"prefix of line {found[0] + 1}: the piece {piece!r} is not one the model writes "
-                    "(model.output_pieces: target, the pieces of its training targets); leave it out of "
-                    "the prefix",
-                    "prefixes",
-                )
 
     def _by_sentence(self, search, lines: list[str], prefixes: list[str] | None, decode: DecodeConfig, join):
         """search(...) over the lines, or with decode.split_sentences over their sentences, joined."""

@@ -32,6 +32,10 @@ from mt.translate import translate_nbest
 from mt.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
+SHARED = os.environ.get("MT_DATA_DIR", "")
+needs_multi30k = pytest.mark.skipif(
+    not (SHARED and Path(SHARED, "multi30k").is_dir()), reason="MT_DATA_DIR with multi30k/ not set"
+)
 
 # A tiny model on the small corpus (400 toy pairs), on one thread of the CPU (also where a GPU is
 # visible: tests/test_gpu.py chooses CUDA itself): every training test starts from this list and adds

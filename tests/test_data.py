@@ -5,21 +5,15 @@ is written."""
 import gzip
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_main, sets
+from conftest import needs_multi30k, run_main, sets
 
 from mt.config import DataConfig
 from mt.data import load_split, multi30k_dir, normalize, read_lines, read_parallel, text_lines
 from mt.plumbing.errors import DataError
-
-SHARED = os.environ.get("MT_DATA_DIR", "")
-needs_multi30k = pytest.mark.skipif(
-    not (SHARED and Path(SHARED, "multi30k").is_dir()), reason="MT_DATA_DIR with multi30k/ not set"
-)
 
 
 def gz(path: Path, text: bytes) -> Path:

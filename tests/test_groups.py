@@ -1,6 +1,7 @@
 """mt/groups.py: runs grouped by config without train.seed, and the test between two groups (seeds'
 spread and the test sentences' sampling), checked against hand computations."""
 
+import json
 import math
 import re
 import statistics
@@ -15,7 +16,7 @@ from conftest import ROOT, table
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
-from mt.config import load_config
+from mt.config import load_config, read_saved_config
 from mt.curves import band_points
 from mt.evaluate import evaluate_run
 from mt.groups import (
@@ -144,6 +145,25 @@ def test_groups_are_configs_without_the_seed_nor_tuned_decoding_and_keep_setting
     assert group_label(["a-seed1", "a-seed2"]) == "a" and group_label(["x", "y-seed2"]) == "x, y-seed2"
 
 
+def test_seeds_started_from_their_own_seeds_parent_are_one_group():
+    """`make bit SEEDS=N`: seed K's second stage starts from runs/multi30k-bit-seedK-both (issue 80)."""
+
+    def run(label, seed, parent):
+        config = {"train.seed": seed, "train.init_from": parent}
+        return SimpleNamespace(label=label, config=config, setting="test", card={})
+
+    runs = [run(f"bit-seed{k}", k, f"runs/multi30k-bit-seed{k}-both") for k in (1, 2)]
+    runs += [
+        run("bit-seed3", 3, "runs/other-seed3-both"),
+        run("x", 1, "runs/multi30k-bit-seed1-both@last.pt"),
+    ]
+    assert [[r.label for r in g] for g in seed_groups(runs)] == [
+        ["bit-seed1", "bit-seed2"],
+        ["bit-seed3"],
+        ["x"],
+    ]
+
+
 @pytest.fixture(scope="module")
 def seeded_runs(two_runs, tiny, tmp_path_factory):
     """two_runs (label smoothing 0.1 and 0.0, seed 1) and the same two configs at seed 2."""
@@ -246,3 +266,30 @@ def test_make_compare_with_seeds_trains_each_seed_and_reports_the_groups(tiny, t
     rows = [line for line in report.read_text().split("## Groups")[1].splitlines() if line.startswith("| ")]
     assert [row.split("|")[1:3] for row in rows[1:]] == [[" toy ", " 2 "], [" toy-ls0 ", " 2 "]]
     assert re.fullmatch(r"\d+\.\d{4}( \*)?", table(report.read_text().split("## Groups")[1])[1]["BLEU p"])
+
+
+@pytest.mark.slow
+def test_make_bit_with_seeds_trains_each_seeds_two_stages_in_folders_of_their_own(tiny, tmp_path):
+    """Issue 80: a second seed of `make bit` had written into the first's folders and been refused;
+    with SEEDS each seed's stage 2 starts from its own stage 1 (train.init_from), and the group is
+    reported. The recipe's own configs, shrunk to the tiny model on the small corpus."""
+    report = tmp_path / "report.md"
+    done = subprocess.run(
+        ["make", "-o", ".venv/.installed", "bit", f"BIN={Path(sys.executable).parent}", "SEEDS=2"]
+        + [f"BIT={tmp_path}/bit", f"REPORT={report}"]
+        + ["SET=" + " ".join(tiny + ["train.max_steps=4", "train.valid_every=4", "train.keep_last=0"])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    for seed in (1, 2):
+        first, second = (
+            read_saved_config(tmp_path / f"bit-seed{seed}{part}/config.yaml") for part in ("-both", "")
+        )
+        assert first.train.seed == second.train.seed == seed
+        assert first.data.both_directions and not second.data.both_directions
+        card = json.loads((tmp_path / f"bit-seed{seed}" / "card.json").read_text())
+        assert card["parent"]["run"] == f"{tmp_path}/bit-seed{seed}-both" and card["results"]
+    rows = [line for line in report.read_text().split("## Groups")[1].splitlines() if line.startswith("| ")]
+    assert [row.split("|")[1:3] for row in rows[1:]] == [[" bit ", " 2 "]]

@@ -4,22 +4,25 @@ CTranslate2 work in piece ids as before; a run keeps its pieces through checkpoi
 
 import dataclasses
 import json
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT, TEXT_MODEL
+from conftest import ROOT, TEXT_MODEL, needs_multi30k
 
 from mt.batching import make_batch
 from mt.config import load_config
+from mt.data import load_split
 from mt.decode_config import DecodeConfig
 from mt.loss import batch_loss
 from mt.model import Seq2Seq
 from mt.output_pieces import target_pieces
-from mt.plumbing.errors import ConfigError
-from mt.score import score_pairs
-from mt.tokenizer import EOS, PAD
+from mt.score import score_lines, score_pairs
+from mt.tokenizer import EOS, PAD, UNK
 from mt.train import train
+from mt.training.corpus import learn_tokenizer
+from mt.training.validation import make_validation
 from mt.translate import search_lines
 from mt.translator import Translator
 
@@ -32,11 +35,11 @@ def test_the_pieces_are_the_targets_and_the_specials_sorted():
     assert target_pieces(views, 12).tolist() == [0, 1, 2, 3, 5, 7, 9, 11]
 
 
-def twins(tokenizer) -> tuple[Seq2Seq, Seq2Seq, torch.Tensor]:
-    """A random model over all pieces and the same weights with an output layer over the targets'."""
+def twins(tokenizer, targets: list[str] = TARGETS) -> tuple[Seq2Seq, Seq2Seq, torch.Tensor]:
+    """A random model over all pieces and the same weights with an output layer over `targets`'."""
     torch.manual_seed(0)
     full = Seq2Seq(TEXT_MODEL, tokenizer.vocab_size).eval()
-    ids = target_pieces([torch.tensor(sum(tokenizer.encode(TARGETS), []))], tokenizer.vocab_size)
+    ids = target_pieces([torch.tensor(sum(tokenizer.encode(targets), []))], tokenizer.vocab_size)
     part = Seq2Seq(dataclasses.replace(TEXT_MODEL, output_pieces="target"), tokenizer.vocab_size, ids).eval()
     part.load_state_dict(full.state_dict() | {"output.ids": ids})
     return full, part, ids
@@ -96,6 +99,64 @@ def test_scoring_gives_a_piece_the_layer_lacks_minus_infinity(tokenizer):
     assert lacking.token_logprobs[1] == float("-inf") and lacking.logprob == float("-inf")
 
 
+def outside_piece(tokenizer, ids: torch.Tensor, words: list[str]) -> tuple[str, int]:
+    """One of `words` that the joint BPE makes one piece the English targets lack, each of its
+    characters one they hold."""
+    written = set(ids.tolist())
+    return next(
+        (word, piece)
+        for word in words
+        for (piece,) in [tokenizer.encode([word])[0][:1]]
+        if len(tokenizer.encode([word])[0]) == 1
+        and piece not in written
+        and all(tokenizer.sp.piece_to_id(c) in written for c in word)
+    )
+
+
+def test_target_text_is_cut_into_the_pieces_the_layer_writes(tokenizer, toy):
+    """Issue 80: a reference or prefix holding a piece only the other language uses is cut into the
+    smaller pieces the layer writes, where it had been scored -inf and refused as a prefix; a line of
+    written pieces is cut as before, and a character no target holds is <unk>."""
+    _, part, ids = twins(tokenizer, toy["train"][1][:2000])
+    written = tokenizer.writing(ids.tolist())
+    word, piece = outside_piece(tokenizer, ids, " ".join(toy["train"][0][:200]).split())
+    (cut,) = written.encode_target([word])
+    assert len(cut) > 1 and set(cut) <= set(ids.tolist()) and written.decode([cut]) == [word]
+    assert written.encode_target(toy["train"][1][:2000]) == tokenizer.encode(toy["train"][1][:2000])
+    assert written.encode(SOURCES) == tokenizer.encode(SOURCES)  # the source side: every piece
+    assert tokenizer.writing(None).encode_target([word]) == [[piece]]
+    german = next(c for c in "äöüß" if tokenizer.sp.piece_to_id(c) not in (UNK, *ids.tolist()))
+    assert UNK in written.encode_target([f"a {german}"])[0]
+    (scored,) = score_lines(part, written, SOURCES[:1], [f"{word} ."], DecodeConfig())
+    (raw,) = score_pairs(part, written.encode(SOURCES[:1]), [cut + written.encode(["."])[0]], DecodeConfig())
+    assert math.isfinite(scored.logprob) and scored.token_logprobs == raw.token_logprobs
+    (batch,) = make_validation(SOURCES[:1], [word], tokenizer, part, 1000).batches  # the val loss's
+    assert batch.tgt_out[0].tolist() == cut + [EOS]
+
+
+@needs_multi30k
+def test_the_defaults_english_is_written_with_the_pieces_it_writes():
+    """configs/multi30k.yaml's joint BPE and target layer (4,273 pieces): 6 val and 4 test2016
+    references hold a piece no English training line has (e.g. '▁Ban' of "Bananas"), scored -inf
+    and counted <unk> by the val loss before issue 80; cut for the target side, every piece of every
+    reference is one the layer writes, with no <unk>, and the other lines keep their pieces."""
+    cfg = load_config(ROOT / "configs/multi30k.yaml")
+    tokenizer = learn_tokenizer(cfg)[0]
+    targets = tokenizer.encode(load_split(cfg.data, "train")[1])
+    ids = target_pieces([torch.tensor(sum(targets, []), dtype=torch.int32)], tokenizer.vocab_size)
+    assert len(ids) == 4273
+    written, pieces = tokenizer.writing(ids.tolist()), set(ids.tolist())
+    assert written.encode_target(load_split(cfg.data, "train")[1]) == targets
+    for split, lacking in [("val", 6), ("test", 4)]:
+        references = load_split(cfg.data, split)[1]
+        whole, cut = tokenizer.encode(references), written.encode_target(references)
+        assert sum(not set(line) <= pieces for line in whole) == lacking
+        assert all(set(line) <= pieces - {UNK} for line in cut)
+        assert [a for a in whole if set(a) <= pieces] == [b for a, b in zip(whole, cut) if set(a) <= pieces]
+    assert written.sp.id_to_piece(written.encode_target(["Bananas and"])[0]) == ["▁B", "an", "anas", "▁and"]
+    assert tokenizer.pieces("Bananas and")[0] == "▁Ban"
+
+
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
 def test_the_loss_is_cross_entropy_over_the_target_pieces(tokenizer, epsilon):
     full, part, ids = twins(tokenizer)
@@ -127,14 +188,13 @@ def test_a_target_layer_run_trains_translates_resumes_and_exports(tiny, tmp_path
     assert translator.translate(lines, beam=1) == translator.translate(lines)  # greedy: beam 1
     tok = translator.tokenizer
     outside = next(
-        i
-        for i in range(tok.vocab_size)
+        tok.sp.decode([i])
+        for i in range(4, tok.vocab_size)
         if i not in ids.tolist() and tok.encode([tok.sp.decode([i])]) == [[i]]
     )
-    with pytest.raises(
-        ConfigError, match=f"^prefix of line 2: the piece {tok.sp.id_to_piece(outside)!r} is not"
-    ):
-        translator.translate(lines, prefixes=["", tok.sp.decode([outside])], beam=3)
+    prefixes = ["", outside]  # a piece the layer lacks: written in smaller pieces (issue 80)
+    led = translator.translate(lines, prefixes=prefixes, beam=3)
+    assert led[1].startswith(outside.strip()) and led[0] == translator.translate(lines[:1], beam=3)[0]
     train(load_config(ROOT / "configs/toy.yaml", overrides + ["train.max_steps=34"]), run)  # resumed
     assert torch.equal(torch.load(run / "last.pt", weights_only=False)["model"]["output.ids"], ids)  # kept
     pytest.importorskip("ctranslate2")
@@ -143,4 +203,6 @@ def test_a_target_layer_run_trains_translates_resumes_and_exports(tiny, tmp_path
     assert main(["export", "--run", str(run)]) == 0
     ct2 = Translator.from_run(run, device="cpu", engine="ctranslate2")
     assert ct2.translate(lines, beam=1) == Translator.from_run(run, device="cpu").translate(lines, beam=1)
+    mine = Translator.from_run(run, device="cpu")
+    assert ct2.translate(lines, prefixes=prefixes, beam=3) == mine.translate(lines, prefixes=prefixes, beam=3)
     assert json.loads((run / "ct2" / "mt_export.json").read_text())["checkpoint"] == "best.pt"

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import metrics, weights
+from conftest import metrics, sets, weights
 
 import mt.session
 import mt.step
@@ -281,6 +281,49 @@ def test_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path, tiny):
     assert last >= 2 and last % 2 == 0 and not (run / ".last.pt.tmp").exists()
 
 
+@pytest.mark.parametrize("when", ["update", "validation"])
+def test_a_stop_in_the_last_update_or_the_final_validation_stops_the_run(
+    tmp_path, tiny, monkeypatch, capsys, when
+):
+    """Issue 80: SIGTERM during the last update or the final validation, which the loop does not read
+    again, ends the run as a stop at any other update does (exit 143, the resume line, no tuning)
+    rather than being dropped; the same command then validates where it had not, tunes and finishes."""
+    run = tmp_path / "run"
+    settings = tiny + ["train.max_steps=6", "train.valid_every=100", "train.tune=true"]
+    args = ["train", str(ROOT / "configs/toy.yaml"), "--run-dir", str(run), *sets(settings)]
+    real_loss, real_validate, updates = mt.step.batch_loss, mt.train.validate, []
+
+    def loss(model, batch, eps):
+        updates.extend([1] if model.training else [])
+        if len(updates) == 6 and model.training:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_loss(model, batch, eps)
+
+    def validate(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_validate(*args, **kwargs)
+
+    if when == "update":
+        monkeypatch.setattr(mt.step, "batch_loss", loss)
+    else:
+        monkeypatch.setattr(mt.train, "validate", validate)
+    assert main(args) == 143
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("mt: training stopped by SIGTERM at step 6; resume with: mt train ")
+    card = json.loads((run / "card.json").read_text())
+    assert card["training"]["stopped"] == "SIGTERM" and "tuning" not in card
+    assert step_of(run / "last.pt") == 6
+    assert [r["step"] for r in metrics(run) if "val_bleu" in r] == ([6] if when == "validation" else [])
+    monkeypatch.undo()
+    assert main(args) == 0
+    card = json.loads((run / "card.json").read_text())
+    assert (
+        card["training"]["stopped"] == "reached train.max_steps=6"
+        and card["tuning"]["checkpoint"] == "best.pt"
+    )
+    assert [r["step"] for r in metrics(run) if "val_bleu" in r] == [6]
+
+
 def test_nonfinite_loss_skips_the_update(tmp_path, monkeypatch, tiny_config):
     real, calls = mt.step.batch_loss, []
 
@@ -328,10 +371,9 @@ def test_bpe_dropout_trains_on_its_views_and_validates_on_plain_pieces(tmp_path,
         streams.append(corpus)
         return real_stream(corpus, *args, **kwargs)
 
-    def validation(src, ref, tokenizer, max_tokens):
-        validations.append(
-            (real_validation(src, ref, tokenizer, max_tokens), (src, ref, tokenizer, max_tokens))
-        )
+    def validation(src, ref, tokenizer, model, max_tokens):
+        args = (src, ref, tokenizer, model, max_tokens)
+        validations.append((real_validation(*args), args))
         return validations[-1][0]
 
     monkeypatch.setattr(mt.session, "BatchStream", stream)
@@ -345,7 +387,7 @@ def test_bpe_dropout_trains_on_its_views_and_validates_on_plain_pieces(tmp_path,
     after = real_validation(*args)  # validation encodes plainly, before and after sampling ran
     assert [b.src.tolist() for b in used.batches] == [b.src.tolist() for b in after.batches]
     assert [b.src.tolist() for b in used.batches] == [
-        b.src.tolist() for b in real_validation(args[0], args[1], Tokenizer(args[2].proto), args[3]).batches
+        b.src.tolist() for b in real_validation(args[0], args[1], Tokenizer(args[2].proto), *args[3:]).batches
     ]
 
 

@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterator
 
 from mt.config import RunConfig, TrainConfig, read_saved_config, save_config
 from mt.model import Seq2Seq
+from mt.output_pieces import written_pieces
 from mt.plumbing.errors import ConfigError, RunDirError, WriteError
 from mt.plumbing.files import write_failure, write_text
 from mt.run.card import card_tuning
@@ -104,7 +105,8 @@ def load_run(
     run_dir: str | Path, checkpoint: str = "best", overrides: list[str] = ()
 ) -> tuple[RunConfig, Tokenizer, Seq2Seq]:
     """Config, tokenizer and model (in eval mode, on CPU) from a run directory and one of its
-    checkpoints (see `checkpoint_path`); the config's decode section is the run's own (`run_decoding`:
+    checkpoints (see `checkpoint_path`); the tokenizer cuts target-side text into the pieces the
+    model writes (`Tokenizer.writing`); the config's decode section is the run's own (`run_decoding`:
     config.yaml's, with the tuned beam and length penalty of this checkpoint).
 
     `overrides` (`key.path=value`) change the loaded config, e.g. decode.beam=5; they are validated.
@@ -116,7 +118,8 @@ def load_run(
     ckpt = load_checkpoint(path)
     cfg = stored_config(ckpt, path, overrides, run_decoding(run_dir, path, ckpt["config"].get("decode", {})))
     tokenizer = run_tokenizer(run_dir, ckpt, path.name, "the run directory is incomplete")
-    return cfg, tokenizer, build_model(ckpt, cfg, path).eval()
+    model = build_model(ckpt, cfg, path).eval()
+    return cfg, tokenizer.writing(written_pieces([model])), model
 
 
 def run_decoding(run_dir: Path, checkpoint: Path, stored: dict) -> dict:

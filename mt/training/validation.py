@@ -16,6 +16,7 @@ from mt.decode_config import DecodeConfig
 from mt.loss import batch_loss
 from mt.metrics import HEADLINE, corpus_scores
 from mt.model import Seq2Seq
+from mt.output_pieces import written_pieces
 from mt.tokenizer import Tokenizer
 from mt.training.distributed import autocast
 from mt.translate import translate_lines
@@ -32,8 +33,13 @@ class Validation:
     batches: list[Batch]
 
 
-def make_validation(src: list[str], ref: list[str], tokenizer: Tokenizer, max_tokens: int) -> Validation:
-    src_ids, tgt_ids = tokenizer.encode(src), tokenizer.encode(ref)
+def make_validation(
+    src: list[str], ref: list[str], tokenizer: Tokenizer, model: Seq2Seq, max_tokens: int
+) -> Validation:
+    """The references are cut into the pieces `model` writes (`Tokenizer.writing`): English it can
+    spell is no `<unk>` to the val loss where a joint piece is German's alone."""
+    src_ids = tokenizer.encode(src)
+    tgt_ids = tokenizer.writing(written_pieces([model])).encode_target(ref)
     groups = token_batches([len(s) + 1 for s in src_ids], [len(t) + 1 for t in tgt_ids], max_tokens)
     return Validation(
         src, ref, [make_batch([src_ids[i] for i in g], [tgt_ids[i] for i in g]) for g in groups]
