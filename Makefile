@@ -17,7 +17,8 @@ CONFIGS ?=
 REPORT ?= runs/report.md
 # which evaluation `make report` and `make compare` set side by side: empty = each run's own decoding on test, as
 # `mt evaluate` scored it (its beam and length penalty as `mt tune` chose them on val, where train.tune did);
-# test-beam5 and the like compare one setting of every run
+# test-beam5 and the like compare one setting of every run, once each run has it (`mt evaluate --beam 5
+# --length-penalty 1` files test-beam5)
 SETTING ?=
 
 .PHONY: install train bit evaluate translate serve report compare test test-fast lint clean

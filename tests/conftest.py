@@ -68,10 +68,14 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    import os
-
     if config.getoption("--fuzz-long"):
         os.environ.setdefault("MT_FUZZ_EXAMPLES", "1000")
+    # The models the tests train and decode in this process run on one thread, as TINY's runs do, and
+    # so do the mt commands they start: at torch's default, a thread a core, they spin against any
+    # other work on the machine (issue 80: the shared trained_model took 117 s at 2 threads beside it,
+    # 6.9 s at 1). A GPU is used as before.
+    torch.set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -108,6 +108,31 @@ def test_every_flag_in_a_documented_mt_command_exists():
     assert not wrong, "\n".join(wrong)
 
 
+def test_every_documented_make_target_and_variable_exists_and_readme_names_every_target():
+    """(a) `make TARGET [VAR=...]`: TARGET is one of the Makefile's targets and VAR one it reads; and
+    README's command blocks name every target a user runs (issue 80: `make bit` was missing)."""
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.search(r"^\.PHONY:(.*)$", makefile, re.M).group(1).split())
+    variables = set(re.findall(r"^([A-Z_]+) \??[:?]?=", makefile, re.M))
+    wrong, checked = [], 0
+    for doc in WRITTEN:
+        for line in code_lines(doc.read_text()):
+            for m in re.finditer(r"(?:^|[\s(])make ([a-z][\w|-]*)((?: \[?[A-Z_]+=\S*)*)", line):
+                for name in m.group(1).split("|"):
+                    checked += 1
+                    wrong += [] if name in targets else [f"{rel(doc)}: make {name}: no such target"]
+                for var in re.findall(r"([A-Z_]+)=", m.group(2)):
+                    wrong += [] if var in variables else [f"{rel(doc)}: make {name} {var}=: not read"]
+    assert checked > 10 and not wrong, "\n".join(wrong)
+    blocks = " ".join(FENCE.findall((ROOT / "README.md").read_text()))  # its command blocks, not prose
+    named = {
+        name
+        for group in re.findall(r"make ([a-z][\w-]*(?: \| [a-z][\w-]*)*)", blocks)
+        for name in group.split(" | ")
+    }
+    assert targets - {"install", "clean"} <= named, sorted(targets - {"install", "clean"} - named)
+
+
 def argument_flags(source: str) -> set[str]:
     """The --flags a script's parser defines: the string arguments of its `add_argument` calls."""
     return {

@@ -30,24 +30,34 @@ def assert_same_weights(a: dict, b: dict) -> None:
         assert torch.equal(a[k], b[k]), k
 
 
-def test_a_resumed_run_equals_one_go_and_tensorboard_shows_each_step_once(tmp_path, tiny_config):
-    """The fast path (test_stop_and_resume_equals_one_go crosses an epoch): 4 updates in one go, and 1,
-    then 2 more whose checkpoint is lost (last.pt put back at step 1, as a kill before the save leaves
-    it), then resumed to 4: the same weights and losses, and TensorBoard's losses, read back from the
-    three sessions' event files, are metrics.jsonl's, the redone steps 2-3 once (purge_step)."""
-    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
-    EventAccumulator = accumulator.EventAccumulator
-
+def resumed_after_a_lost_save(tmp_path: Path, tiny_config, *extra: str) -> tuple[Path, Path]:
+    """4 updates in one go, and 1, then 2 more whose checkpoint is lost (last.pt put back at step 1, as
+    a kill before the save leaves it), then resumed to 4: (the one-go run, the resumed run)."""
     straight, run = tmp_path / "straight", tmp_path / "run"
-    board = "train.tensorboard=true"
-    train(tiny_config("train.max_steps=4", board), straight)
-    train(tiny_config("train.max_steps=1", board), run)
+    train(tiny_config("train.max_steps=4", *extra), straight)
+    train(tiny_config("train.max_steps=1", *extra), run)
     at_one = (run / "last.pt").read_bytes()
-    train(tiny_config("train.max_steps=3", board), run)
+    train(tiny_config("train.max_steps=3", *extra), run)
     (run / "last.pt").write_bytes(at_one)
-    assert train(tiny_config("train.max_steps=4", board), run)["step"] == 4
+    assert train(tiny_config("train.max_steps=4", *extra), run)["step"] == 4
+    return straight, run
+
+
+def test_a_resumed_run_equals_one_go(tmp_path, tiny_config):
+    """The fast path, with nothing optional installed (test_stop_and_resume_equals_one_go crosses an
+    epoch): the same weights and losses as one go, the redone steps logged once."""
+    straight, run = resumed_after_a_lost_save(tmp_path, tiny_config)
     assert_same_weights(weights(straight / "last.pt"), weights(run / "last.pt"))
     assert train_losses(straight) == train_losses(run) and [s for s, _, _ in train_losses(run)] == [2, 4]
+
+
+def test_tensorboard_shows_each_step_of_a_resumed_run_once(tmp_path, tiny_config):
+    """TensorBoard's losses, read back from the three sessions' event files, are metrics.jsonl's, the
+    redone steps 2-3 once (purge_step)."""
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    EventAccumulator = accumulator.EventAccumulator
+    straight, run = resumed_after_a_lost_save(tmp_path, tiny_config, "train.tensorboard=true")
+    assert train_losses(straight) == train_losses(run)
     for folder in (straight, run):
         events = EventAccumulator(str(folder))
         events.Reload()

@@ -34,8 +34,8 @@ def test_the_best_setting_is_the_highest_bleu_and_on_a_tie_the_cheaper_one():
 
 @pytest.fixture(scope="module")
 def learned(tiny, tmp_path_factory):
-    """A toy run that has learned something (val BLEU 4-5 at each setting here, chrF 25-28), so that
-    the settings tune scores differ and its choice is one of BLEU, not of a tie at 0. Read only."""
+    """A toy run that has learned something (val BLEU above 2 at each setting), so that the settings
+    tune scores differ and its choice is one of BLEU, not of a tie at 0. Read only."""
     run = tmp_path_factory.mktemp("learned") / "run"
     overrides = tiny + ["model.layers=2", "train.max_steps=600", "train.lr=0.005", "train.valid_every=600"]
     train(load_config(ROOT / "configs/toy.yaml", overrides), run)
@@ -48,7 +48,8 @@ def test_tune_scores_each_setting_as_sacrebleu_does_and_the_run_then_decodes_wit
     grid = make_grid((2, 3), (0.5, 3.0))  # no greedy: whatever wins differs from the defaults
     tuning = tune(run, device="cpu", grid=grid)
     assert [(t["beam"], t["length_penalty"]) for t in tuning["tried"]] == grid
-    assert min(t["bleu"] for t in tuning["tried"]) > 2 and len({t["bleu"] for t in tuning["tried"]}) == 4
+    # not all four apart: which settings tie is the CPU's arithmetic's (issue 80), that some differ is not
+    assert min(t["bleu"] for t in tuning["tried"]) > 2 and len({t["bleu"] for t in tuning["tried"]}) > 1
     src, ref = load_split(read_saved_config(run / "config.yaml").data, "val")
     plain = Translator.from_run(run, device="cpu")
     for tried in tuning["tried"]:
