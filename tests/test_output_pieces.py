@@ -39,7 +39,9 @@ def twins(tokenizer, targets: list[str] = TARGETS) -> tuple[Seq2Seq, Seq2Seq, to
     """A random model over all pieces and the same weights with an output layer over `targets`'."""
     torch.manual_seed(0)
     full = Seq2Seq(TEXT_MODEL, tokenizer.vocab_size).eval()
-    ids = target_pieces([torch.tensor(sum(tokenizer.encode(targets), []))], tokenizer.vocab_size)
+    ids = target_pieces(
+        [torch.tensor([p for line in tokenizer.encode(targets) for p in line])], tokenizer.vocab_size
+    )
     part = Seq2Seq(dataclasses.replace(TEXT_MODEL, output_pieces="target"), tokenizer.vocab_size, ids).eval()
     part.load_state_dict(full.state_dict() | {"output.ids": ids})
     return full, part, ids
@@ -142,11 +144,12 @@ def test_the_defaults_english_is_written_with_the_pieces_it_writes():
     reference is one the layer writes, with no <unk>, and the other lines keep their pieces."""
     cfg = load_config(ROOT / "configs/multi30k.yaml")
     tokenizer = learn_tokenizer(cfg)[0]
-    targets = tokenizer.encode(load_split(cfg.data, "train")[1])
-    ids = target_pieces([torch.tensor(sum(targets, []), dtype=torch.int32)], tokenizer.vocab_size)
+    english = load_split(cfg.data, "train")[1]
+    targets = tokenizer.encode(english)
+    ids = target_pieces([torch.tensor([p for line in targets for p in line])], tokenizer.vocab_size)
     assert len(ids) == 4273
     written, pieces = tokenizer.writing(ids.tolist()), set(ids.tolist())
-    assert written.encode_target(load_split(cfg.data, "train")[1]) == targets
+    assert written.encode_target(english) == targets
     for split, lacking in [("val", 6), ("test", 4)]:
         references = load_split(cfg.data, split)[1]
         whole, cut = tokenizer.encode(references), written.encode_target(references)
