@@ -29,7 +29,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,plot,serve,ctranslate2,split,tensorboard]'
+	$(BIN)/pip install --quiet -e '.[dev,plot,serve,ctranslate2,split,tensorboard,hf]'
 	touch $@
 
 train: install

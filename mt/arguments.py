@@ -30,6 +30,20 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
         )
 
 
+def _export_options(p: argparse.ArgumentParser) -> None:
+    _run_options(p, decoding=(), device=False)  # CTranslate2 reads the weights from host memory
+    p.add_argument("--quantization", default="none", choices=QUANTIZATIONS, help="the weights' stored type")
+    p.add_argument(
+        "--format",
+        default="ct2",
+        choices=("ct2", "hf"),
+        help="ct2: CTranslate2's model directory; hf: Hugging Face Transformers' (safetensors, card)",
+    )
+    p.add_argument(
+        "--out", help="model directory (default: RUN/ct2 or RUN/hf; --engine ctranslate2 reads RUN/ct2)"
+    )
+
+
 def _ensemble_option(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument(
         "--ensemble",
@@ -212,10 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("average", "average the last N kept checkpoints of a run (train.keep_last) into averaged.pt")
     p.add_argument("--run", help="run directory (required)")
     p.add_argument("--last", type=_at_least(1), default=5, help="how many of the newest ckpt-*.pt to average")
-    p = command("export", "write a checkpoint as a CTranslate2 model directory, for --engine ctranslate2")
-    _run_options(p, decoding=(), device=False)  # CTranslate2 reads the weights from host memory
-    p.add_argument("--quantization", default="none", choices=QUANTIZATIONS, help="the weights' stored type")
-    p.add_argument("--out", help="model directory (default: RUN/ct2, which --engine ctranslate2 reads)")
+    _export_options(
+        command(
+            "export", "write a checkpoint as a CTranslate2 (--engine ctranslate2) or Transformers directory"
+        )
+    )
     p = command(
         "serve", "serve a run over HTTP: a JSON API with dynamic batching, and an attention explorer at /"
     )

@@ -188,7 +188,7 @@ def cmd_average(args: argparse.Namespace) -> None:
 def cmd_export(args: argparse.Namespace) -> None:
     _setup_logging()
     translator = _open(args, engine="torch", device="cpu")  # CTranslate2 takes the weights from host memory
-    print(f"wrote {translator.export(args.quantization, args.out)}")
+    print(f"wrote {translator.export(args.quantization, args.out, args.format)}")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:

@@ -39,10 +39,12 @@ from mt.ct2.engine import Ct2Model
 from mt.ct2.export import export_model
 from mt.decode import Ensemble
 from mt.decode_config import KEYWORD, DecodeConfig, Spelling, decoding
+from mt.hf import export_hf, model_card
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.plumbing.files import file_sha256
+from mt.run.card import read_card
 from mt.run.folder import checkpoint_path, load_run
 from mt.score import Scored, score_lines
 from mt.sentences import join_lines, join_texts, sentences_of, splitter
@@ -215,9 +217,20 @@ class Translator:
         with self.lock:
             return attention_maps(self.model, self.tokenizer, lines, decode, self.device)
 
-    def export(self, quantization: str = "none", out: str | Path | None = None) -> Path:
+    def export(self, quantization: str = "none", out: str | Path | None = None, format: str = "ct2") -> Path:
         """`mt export`: the checkpoint as a CTranslate2 model directory (default RUN/ct2, which engine
-        ctranslate2 reads), with a note of the checkpoint's file, its sha256 and the run's config."""
+        ctranslate2 reads), with a note of the checkpoint's file, its sha256 and the run's config; or
+        with format "hf" a Transformers model directory (default RUN/hf, mt.hf), at full precision."""
+        if format == "hf":
+            if quantization != "none":
+                raise ConfigError(
+                    "--quantization: Transformers' export is float32; leave it out", "quantization"
+                )
+            folder = Path(out) if out else self.run / "hf"
+            card = model_card(self.run, config_to_dict(self.config), read_card(self.run))
+            with self.lock:
+                export_hf(self.model, self.tokenizer, self.decode, folder, card)
+            return folder
         folder = Path(out) if out else self.run / "ct2"
         note = {
             "checkpoint": self.checkpoint.name,

@@ -62,6 +62,7 @@ LAYERS = {
         "attention",
         "ct2.export",
         "ct2.engine",
+        "hf",
         "translator",
         "distill",
         "evaluate",

@@ -85,14 +85,22 @@ def carried(config, table: dict, at: str) -> dict[str, Any]:
     return {e.argument: e.value(config) for e in table.values() if isinstance(e, Carried) and e.at == at}
 
 
-def unmapped(config, table: dict, section: str) -> None:
-    """A one-line ConfigError for the first field of dataclass `config` that differs from its default
-    and that `table` refuses or does not name: CTranslate2 would not do what it asks."""
+def first_unmapped(config, table: dict) -> tuple[str, Any, Any] | None:
+    """(name, value, table entry or None) of the first field of dataclass `config` that differs from
+    its default and that `table` refuses or does not name; None where there is none."""
     default = type(config)()
     for f in dataclasses.fields(config):
         value, entry = getattr(config, f.name), table.get(f.name)
-        if value == getattr(default, f.name) or isinstance(entry, (Carried, ByMt)):
-            continue
+        if value != getattr(default, f.name) and not isinstance(entry, (Carried, ByMt)):
+            return f.name, value, entry
+    return None
+
+
+def unmapped(config, table: dict, section: str) -> None:
+    """A one-line ConfigError for the first field of dataclass `config` that differs from its default
+    and that `table` refuses or does not name: CTranslate2 would not do what it asks."""
+    if found := first_unmapped(config, table):
+        name, value, entry = found
         if isinstance(entry, Unsupported):
             reason = f"is refused by the ctranslate2 engine ({entry.why}); decode with the torch engine"
         else:
@@ -100,7 +108,7 @@ def unmapped(config, table: dict, section: str) -> None:
                 "is not mapped to CTranslate2 (mt/ct2/), which would ignore it; decode with the torch "
                 f"engine, or map it in mt.ct2's {section} table"
             )
-        raise ConfigError(f"{section}.{f.name}: {value!r} {reason}", f.name)
+        raise ConfigError(f"{section}.{name}: {value!r} {reason}", name)
 
 
 def ctranslate2():

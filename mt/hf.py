@@ -1,0 +1,301 @@
+"""`mt export --format hf`: a run as a Hugging Face Transformers model directory, which
+`AutoModelForSeq2SeqLM`, `AutoTokenizer` and `pipeline("translation")` open without mt.
+
+mt's Transformer is one of Transformers' own encoder-decoders, weight for weight:
+    norm: pre                      PegasusForConditionalGeneration (pre-norm, a final LayerNorm a stack)
+    norm: post                     MarianMTModel (post-norm, no final LayerNorm)
+    x * sqrt(D) + positions        scale_embedding, and their sinusoid: sin in the first half of the
+                                   dimensions, cos in the second, where mt interleaves them. The model's
+                                   dimensions are permuted (`PERMUTED`: mt's dimension 2i is Transformers'
+                                   i, 2i + 1 is D/2 + i) in every matrix and norm that reads or writes
+                                   them: attention and layer norms do not see an order, so it is exact
+    qkv_proj; q_proj, kv_proj      split into q_proj, k_proj, v_proj
+    ffn.0, ffn.3, res_*.norm       fc1, fc2, the blocks' LayerNorms
+    output_pieces: target          final_logits_bias: the lowest float on the pieces the layer lacks,
+                                   so a softmax over all pieces gives mt's softmax over its own
+    </s> after every source, <s>   the tokenizer's eos; decoder_start_token_id
+The tokenizer is MarianTokenizer over the run's spm.model (as source and target) and a vocab.json of
+its pieces in id order, so its ids are sentencepiece's, as mt's are.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from mt.config import ModelConfig
+from mt.ct2.export import ByMt, Unsupported, first_unmapped
+from mt.decode_config import DecodeConfig
+from mt.model import Seq2Seq
+from mt.plumbing.errors import ConfigError, RunDirError
+from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
+
+# How Transformers follows each ModelConfig field (`unmapped_by` refuses the others in one line)
+MODEL_FIELDS = {
+    "d_model": ByMt("d_model"),
+    "n_heads": ByMt("encoder_attention_heads, decoder_attention_heads"),
+    "layers": ByMt("encoder_layers, decoder_layers"),
+    "encoder_layers": ByMt("encoder_layers"),
+    "decoder_layers": ByMt("decoder_layers"),
+    "d_ff": ByMt("encoder_ffn_dim, decoder_ffn_dim"),
+    "dropout": ByMt("training only"),
+    "attention_dropout": ByMt("training only"),
+    "activation_dropout": ByMt("training only"),
+    "norm": ByMt("pre: Pegasus; post: Marian"),
+    "tie_embeddings": Unsupported("Pegasus and Marian share one embedding matrix here; train with it true"),
+    "max_positions": ByMt("max_position_embeddings"),
+    "output_pieces": ByMt("target: final_logits_bias, the lowest float on the pieces outside the layer"),
+}
+
+
+def transformers_modules():
+    """transformers, or a one-line ConfigError saying how to install it."""
+    try:
+        import transformers
+    except ImportError:
+        raise ConfigError("--format hf needs Transformers: pip install -e '.[hf]'", "format") from None
+    return transformers
+
+
+def refuse_unmapped(cfg: ModelConfig) -> None:
+    """A one-line ConfigError for a model option Transformers' models here cannot represent."""
+    if found := first_unmapped(cfg, MODEL_FIELDS):
+        name, value, entry = found
+        why = entry.why if isinstance(entry, Unsupported) else "not mapped in mt/hf.py's MODEL_FIELDS"
+        raise ConfigError(f"model.{name}: {value!r} cannot be exported with --format hf ({why})", name)
+
+
+def permuted(d_model: int) -> torch.Tensor:
+    """Transformers' dimension k holds mt's dimension PERMUTED[k]: sines first, then cosines."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
+def hf_config(cfg: ModelConfig, vocab_size: int):
+    """The Transformers config of `cfg`: Pegasus for pre-norm, Marian for post-norm."""
+    t = transformers_modules()
+    encoder_layers, decoder_layers = cfg.depth
+    common = dict(
+        vocab_size=vocab_size,
+        d_model=cfg.d_model,
+        encoder_layers=encoder_layers,
+        decoder_layers=decoder_layers,
+        encoder_attention_heads=cfg.n_heads,
+        decoder_attention_heads=cfg.n_heads,
+        encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff,
+        activation_function="relu",
+        max_position_embeddings=cfg.max_positions,
+        scale_embedding=True,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+        forced_eos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    if cfg.norm == "pre":
+        return t.PegasusConfig(**common)
+    return t.MarianConfig(**common, decoder_vocab_size=vocab_size, share_encoder_decoder_embeddings=True)
+
+
+class Weights(dict):
+    """Transformers' state dict being filled, with the permutation of the model's dimensions (`permuted`)
+    applied to what reads or writes them."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.order = permuted(d_model)
+
+    def linear(self, name: str, weight: torch.Tensor, bias: torch.Tensor, reads: bool) -> None:
+        """A Linear reading the model's dimensions (its columns permuted) or writing them (its rows)."""
+        if reads:
+            self[f"{name}.weight"], self[f"{name}.bias"] = weight[:, self.order], bias
+        else:
+            self[f"{name}.weight"], self[f"{name}.bias"] = weight[self.order], bias[self.order]
+
+    def norm(self, name: str, module: torch.nn.LayerNorm) -> None:
+        self[f"{name}.weight"], self[f"{name}.bias"] = module.weight[self.order], module.bias[self.order]
+
+    def attention(self, name: str, attn) -> None:
+        """mt's fused projections split into q_proj, k_proj and v_proj (K before V, as mt fuses them)."""
+        D = attn.out_proj.weight.size(0)
+        if attn.cross:
+            q, qb = attn.q_proj.weight, attn.q_proj.bias
+            (k, v), (kb, vb) = attn.kv_proj.weight.split(D), attn.kv_proj.bias.split(D)
+        else:
+            (q, k, v), (qb, kb, vb) = attn.qkv_proj.weight.split(D), attn.qkv_proj.bias.split(D)
+        for part, w, b in (("q", q, qb), ("k", k, kb), ("v", v, vb)):
+            self.linear(f"{name}.{part}_proj", w, b, reads=True)
+        self.linear(f"{name}.out_proj", attn.out_proj.weight, attn.out_proj.bias, reads=False)
+
+    def ffn(self, prefix: str, ffn) -> None:
+        self.linear(f"{prefix}.fc1", ffn[0].weight, ffn[0].bias, reads=True)
+        self.linear(f"{prefix}.fc2", ffn[3].weight, ffn[3].bias, reads=False)
+
+
+def hf_weights(model: Seq2Seq) -> dict[str, torch.Tensor]:
+    """mt's weights under Transformers' names and layout (the module's docstring)."""
+    out = Weights(model.cfg.d_model)
+    embed = model.src_embed.weight[:, out.order]  # (V, D), tied: the decoder's and the output's too
+    out["model.shared.weight"] = out["lm_head.weight"] = embed
+    for stack in ("encoder", "decoder"):
+        out[f"model.{stack}.embed_tokens.weight"] = embed
+        out[f"model.{stack}.embed_positions.weight"] = model.positions[:, out.order]
+    for i, layer in enumerate(model.encoder):
+        p = f"model.encoder.layers.{i}"
+        out.attention(f"{p}.self_attn", layer.self_attn)
+        out.norm(f"{p}.self_attn_layer_norm", layer.res_attn.norm)
+        out.ffn(p, layer.ffn)
+        out.norm(f"{p}.final_layer_norm", layer.res_ffn.norm)
+    for i, layer in enumerate(model.decoder):
+        p = f"model.decoder.layers.{i}"
+        out.attention(f"{p}.self_attn", layer.self_attn)
+        out.norm(f"{p}.self_attn_layer_norm", layer.res_self.norm)
+        out.attention(f"{p}.encoder_attn", layer.cross_attn)
+        out.norm(f"{p}.encoder_attn_layer_norm", layer.res_cross.norm)
+        out.ffn(p, layer.ffn)
+        out.norm(f"{p}.final_layer_norm", layer.res_ffn.norm)
+    if model.cfg.norm == "pre":  # Pegasus's final norm of each stack
+        out.norm("model.encoder.layer_norm", model.enc_norm)
+        out.norm("model.decoder.layer_norm", model.dec_norm)
+    bias = torch.zeros(1, model.vocab_size)
+    if model.output is not None:  # the pieces the layer lacks: never written, as in mt
+        bias.fill_(torch.finfo(torch.float32).min).index_fill_(1, model.output.ids, 0.0)
+    out["final_logits_bias"] = bias
+    return {k: v.detach().clone().contiguous() for k, v in out.items()}
+
+
+def hf_model(model: Seq2Seq):
+    """`model` as a Transformers model in eval mode, every weight loaded (strict)."""
+    t = transformers_modules()
+    refuse_unmapped(model.cfg)
+    config = hf_config(model.cfg, model.vocab_size)
+    kind = t.PegasusForConditionalGeneration if model.cfg.norm == "pre" else t.MarianMTModel
+    hf = kind(config).eval()
+    weights = hf_weights(model.float().cpu())
+    missing, unexpected = hf.load_state_dict(weights, strict=False)
+    assert not unexpected and not [k for k in missing if k not in weights], (missing, unexpected)
+    return hf
+
+
+def generation_config(decode: DecodeConfig, max_positions: int) -> dict:
+    """generation_config.json from the run's decoding: its beam, and mt's length rule a * S + b as the
+    nearest Transformers has, a cap of new tokens (max_positions - 1; mt's own limit follows the
+    source). Transformers divides a beam's log-probability by length ** length_penalty, where mt
+    divides by ((5 + length) / 6) ** length_penalty: the tuned penalty is carried as it is, and the
+    guide says what that changes."""
+    beam = {"length_penalty": decode.length_penalty, "early_stopping": True} if decode.beam > 1 else {}
+    return {
+        "decoder_start_token_id": BOS,
+        "bos_token_id": BOS,
+        "eos_token_id": EOS,
+        "pad_token_id": PAD,
+        "num_beams": decode.beam,
+        "max_new_tokens": max_positions - 1,
+        **beam,
+    }
+
+
+def write_tokenizer(tokenizer: Tokenizer, folder: Path, max_positions: int) -> None:
+    """MarianTokenizer's files: the run's spm.model as source.spm and target.spm, vocab.json of every
+    piece by id, and tokenizer_config.json naming the class and the specials."""
+    tokenizer.save(folder / "source.spm")
+    tokenizer.save(folder / "target.spm")
+    vocab = {tokenizer.sp.id_to_piece(i): i for i in range(tokenizer.vocab_size)}
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    specials = {i: tokenizer.sp.id_to_piece(i) for i in (PAD, UNK, EOS)}
+    settings = {
+        "tokenizer_class": "MarianTokenizer",
+        "pad_token": specials[PAD],
+        "unk_token": specials[UNK],
+        "eos_token": specials[EOS],
+        "model_max_length": max_positions - 1,
+        "separate_vocabs": False,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings, indent=1), encoding="utf-8")
+
+
+def export_hf(model: Seq2Seq, tokenizer: Tokenizer, decode: DecodeConfig, folder: Path, card: str) -> None:
+    """Write the Transformers directory `folder` (which must not exist): weights as safetensors,
+    config, generation config, tokenizer files and the model card `card` (README.md). Written to a
+    sibling folder first and renamed, so that a failed export leaves nothing."""
+    if folder.exists():
+        raise RunDirError(f"{folder}: already exists; remove it or give another --out")
+    hf = hf_model(model)
+    part = folder.with_name(folder.name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    try:
+        hf.generation_config = transformers_modules().GenerationConfig(
+            **generation_config(decode, model.cfg.max_positions)
+        )
+        hf.save_pretrained(part, safe_serialization=True)
+        write_tokenizer(tokenizer, part, model.cfg.max_positions)
+        (part / "README.md").write_text(card, encoding="utf-8")
+        part.rename(folder)
+    except BaseException:
+        shutil.rmtree(part, ignore_errors=True)
+        raise
+
+
+MULTI30K_TERMS = (
+    "Multi30k (Elliott et al. 2016) is for non-commercial research and educational use (the images fall "
+    "under Flickr's terms); a model trained on it carries those terms."
+)
+
+
+def model_card(run: Path, config: dict, card: dict) -> str:
+    """README.md of the export, from the run's card.json: what the model is, its sacreBLEU scores with
+    their signatures, its data and the data's terms, its compute, and how to load and reproduce it."""
+    name = card.get("config", {}).get("name", run.name)
+    lines = [
+        f"# {name}: {config['data']['src_lang']}→{config['data']['tgt_lang']}, trained with mt",
+        "",
+        f"A {card.get('parameters', 0) / 1e6:.2f}M-parameter Transformer trained by mt from `{run}` "
+        f"(corpus `{config['data']['corpus']}`), exported with `mt export --format hf`.",
+        "",
+        "```python",
+        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
+        'model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained("."), AutoTokenizer.from_pretrained(".")',
+        'batch = tokenizer(["Ein Hund rennt im Schnee."], return_tensors="pt", padding=True)',
+        "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))",
+        "```",
+        "",
+        "## Scores (sacreBLEU, as mt evaluate recorded them)",
+        "",
+        "| evaluation | sentences | beam | length penalty | BLEU | chrF | BLEU signature |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for key, r in sorted(card.get("results", {}).items()):
+        lines.append(
+            f"| {key} | {r.get('sentences')} | {r.get('beam')} | {r.get('length_penalty')} | "
+            f"{r.get('bleu', 0):.2f} | {r.get('chrf', 0):.2f} | `{r.get('bleu_signature')}` |"
+        )
+    training = card.get("training") or {}
+    lines += [
+        "",
+        "mt's beam divides a hypothesis's log-probability by ((5 + length) / 6) ** length_penalty;",
+        "Transformers' `generate` divides by length ** length_penalty: generation_config.json carries the",
+        "tuned beam and penalty as they are, so beam output through `generate` may differ from these rows.",
+        "",
+        "## Training",
+        "",
+        f"- updates: {training.get('steps')}, stopped: {training.get('stopped')}; compute "
+        f"{training.get('multiply_adds')} multiply-adds; {training.get('tokens_per_s')} tokens/s on "
+        f"{(card.get('hardware') or {}).get('cpu') or (card.get('hardware') or {}).get('gpu')}",
+        f"- config: `{json.dumps(card.get('config', {}), sort_keys=True)}`",
+        f"- code: `{(card.get('code') or {}).get('git_commit')}`; reproduce with `mt train CONFIG` on the "
+        "same config (config.yaml of the run), then `mt evaluate --run RUN --split test`",
+        "",
+        "## Data and its terms",
+        "",
+        MULTI30K_TERMS
+        if config["data"]["corpus"] == "multi30k"
+        else f"Trained on `{config['data']['corpus']}` (the run's config names its files); its terms apply.",
+    ]
+    return "\n".join(lines) + "\n"
