@@ -21,6 +21,7 @@ its pieces in id order, so its ids are sentencepiece's, as mt's are.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -221,6 +222,15 @@ def write_tokenizer(tokenizer: Tokenizer, folder: Path, max_positions: int) -> N
     (folder / "tokenizer_config.json").write_text(json.dumps(settings, indent=1), encoding="utf-8")
 
 
+def readable(folder: Path) -> None:
+    """Each file of `folder` readable as the umask allows: safetensors writes its file owner-only
+    (0600), which a model folder meant for sharing should not be."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.iterdir():
+        path.chmod(0o666 & ~umask)
+
+
 def export_hf(model: Seq2Seq, tokenizer: Tokenizer, decode: DecodeConfig, folder: Path, card: str) -> None:
     """Write the Transformers directory `folder` (which must not exist): weights as safetensors,
     config, generation config, tokenizer files and the model card `card` (README.md). Written to a
@@ -237,6 +247,7 @@ def export_hf(model: Seq2Seq, tokenizer: Tokenizer, decode: DecodeConfig, folder
         hf.save_pretrained(part, safe_serialization=True)
         write_tokenizer(tokenizer, part, model.cfg.max_positions)
         (part / "README.md").write_text(card, encoding="utf-8")
+        readable(part)
         part.rename(folder)
     except BaseException:
         shutil.rmtree(part, ignore_errors=True)

@@ -5,6 +5,7 @@ ids, its greedy `generate` gives `mt translate --beam 1`'s lines, its teacher-fo
 mt's beam. Refusals are one line."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -87,6 +88,9 @@ def test_the_export_holds_weights_config_generation_tokenizer_and_card(exported)
     run, folder = exported
     names = {p.name for p in folder.iterdir()}
     assert {"model.safetensors", "config.json", "generation_config.json", "vocab.json", "README.md"} <= names
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (folder / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask  # not safetensors' 0600
     card = json.loads((run / "card.json").read_text())
     assert json.loads((folder / "generation_config.json").read_text())["num_beams"] == card.get(
         "tuning", {}
