@@ -1,12 +1,13 @@
 """`mt export --format hf`: a run as a Hugging Face Transformers model directory, which
-`AutoModelForSeq2SeqLM`, `AutoTokenizer` and `pipeline("translation")` open without mt.
+`AutoModelForSeq2SeqLM` and `AutoTokenizer` open without mt, and `generate` translates with
+(Transformers 5 has no `pipeline("translation")`).
 
 mt's Transformer is one of Transformers' own encoder-decoders, weight for weight:
     norm: pre                      PegasusForConditionalGeneration (pre-norm, a final LayerNorm a stack)
     norm: post                     MarianMTModel (post-norm, no final LayerNorm)
     x * sqrt(D) + positions        scale_embedding, and their sinusoid: sin in the first half of the
                                    dimensions, cos in the second, where mt interleaves them. The model's
-                                   dimensions are permuted (`PERMUTED`: mt's dimension 2i is Transformers'
+                                   dimensions are permuted (`permuted`: mt's dimension 2i is Transformers'
                                    i, 2i + 1 is D/2 + i) in every matrix and norm that reads or writes
                                    them: attention and layer norms do not see an order, so it is exact
     qkv_proj; q_proj, kv_proj      split into q_proj, k_proj, v_proj
@@ -20,6 +21,7 @@ its pieces in id order, so its ids are sentencepiece's, as mt's are.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -34,7 +36,7 @@ from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
 
-# How Transformers follows each ModelConfig field (`unmapped_by` refuses the others in one line)
+# How Transformers follows each ModelConfig field (`refuse_unmapped` refuses the others in one line)
 MODEL_FIELDS = {
     "d_model": ByMt("d_model"),
     "n_heads": ByMt("encoder_attention_heads, decoder_attention_heads"),
@@ -70,7 +72,7 @@ def refuse_unmapped(cfg: ModelConfig) -> None:
 
 
 def permuted(d_model: int) -> torch.Tensor:
-    """Transformers' dimension k holds mt's dimension PERMUTED[k]: sines first, then cosines."""
+    """Transformers' dimension k holds mt's dimension permuted(D)[k]: sines first, then cosines."""
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
@@ -179,9 +181,8 @@ def hf_model(model: Seq2Seq):
     config = hf_config(model.cfg, model.vocab_size)
     kind = t.PegasusForConditionalGeneration if model.cfg.norm == "pre" else t.MarianMTModel
     hf = kind(config).eval()
-    weights = hf_weights(model.float().cpu())
-    missing, unexpected = hf.load_state_dict(weights, strict=False)
-    assert not unexpected and not [k for k in missing if k not in weights], (missing, unexpected)
+    source = copy.deepcopy(model).float().cpu()  # `model` stays on its device and dtype
+    hf.load_state_dict(hf_weights(source), strict=True)
     return hf
 
 
