@@ -1,25 +1,28 @@
 """Batches: the one token-budget planner and the one padded-`Batch` builder, used by training (each
-epoch's plan over the binarized corpus, `BatchStream`), validation and translation (`token_batches`,
-`make_batch`, `source_batch`).
+epoch's plan over the binarized corpus's `LengthIndex`, mt.training.epochs), validation and translation
+(`token_batches`, `make_batch`, `source_batch`).
 
 Pairs are grouped by length: sorted by (longer side, source, target) lengths with eos/bos counted, cut
 into batches whose cost, sentences x longest side (padding included, as fairseq's --max-tokens),
 stays <= max_tokens unless one pair alone exceeds it. Training breaks length ties and orders the
 batches by seeded draws, new every epoch; validation and translation keep the input order for ties.
 
+Training's memory does not grow with the corpus: its pairs are sorted by length once (`LengthIndex`,
+stored with the binarized corpus); pairs of equal lengths form a group, and since each pair of a group
+costs the same, the batches' cuts are the same every epoch (mt.training.epochs draws their order and
+each group's ties), so no array a pair long is made per epoch.
+
 Masks (the convention everywhere in mt): boolean, True = real token / may attend.
 """
 
 from __future__ import annotations
 
-import array
 import logging
-import random
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from mt.tokenizer import BOS, EOS, PAD
@@ -89,22 +92,49 @@ def _flat(seqs: list[list[int]]) -> tuple[Tensor, Tensor]:
     )
 
 
+BLOCK = 64  # pairs a stored start stands for: a pair's offset is its block's start plus the lengths before it
+CHUNK = 1 << 20  # pairs read at a time where a whole corpus is walked
+
+
+def block_starts(lengths: Tensor) -> Tensor:
+    """(P,) lengths -> (ceil(P / BLOCK) + 1,) int64: where pairs 0, BLOCK, 2 BLOCK, ... start, then the
+    end. Read a chunk at a time: a memory-mapped corpus is not copied."""
+    sums = [torch.zeros(1, dtype=torch.long)]
+    for a in range(0, len(lengths), CHUNK):
+        part = lengths[a : a + CHUNK].long()
+        sums.append(F.pad(part, (0, -len(part) % BLOCK)).view(-1, BLOCK).sum(1))
+    return torch.cat(sums).cumsum(0)
+
+
+def starts_of(blocks: Tensor, lengths: Tensor, rows: Tensor) -> Tensor:
+    """Where pairs `rows` (R,) start in their side's ids: their block's start and the lengths of the
+    pairs before them in it."""
+    block = rows // BLOCK  # (R,)
+    within = (block * BLOCK)[:, None] + torch.arange(BLOCK)  # (R, BLOCK)
+    before = within < rows[:, None]  # (R, BLOCK)
+    counted = gather_rows(lengths, within.clamp(max=max(len(lengths) - 1, 0))) * before
+    return blocks[block] + counted.sum(1)
+
+
 @dataclass
 class Pairs:
-    """Token-id pairs, flat per side, with per-pair lengths and start offsets: in memory (`from_ids`),
-    or memory-mapped from the binarized training corpus (mt.training.corpus.load)."""
+    """Token-id pairs, flat per side, with per-pair lengths: in memory (`from_ids`), or memory-mapped
+    from the binarized training corpus (mt.training.corpus.load). A pair's offset comes from the start
+    of its block of BLOCK pairs, so nothing a pair long is held beyond what is mapped."""
 
     src: Tensor  # (source tokens,) uint16 or int32
     tgt: Tensor  # (target tokens,)
     src_len: Tensor  # (P,) pieces per sentence, without bos/eos
     tgt_len: Tensor  # (P,)
-    src_start: Tensor  # (P,) int64 offset of each sentence in `src`
-    tgt_start: Tensor  # (P,)
+    src_blocks: Tensor  # (P / BLOCK + 1,) int64 (`block_starts`)
+    tgt_blocks: Tensor
+    by_length: LengthIndex | None = None  # made on first use (`length_index`) unless given
 
     @staticmethod
-    def of(src: Tensor, tgt: Tensor, src_len: Tensor, tgt_len: Tensor) -> Pairs:
-        starts = [torch.cumsum(n.long(), 0) - n.long() for n in (src_len, tgt_len)]
-        return Pairs(src, tgt, src_len, tgt_len, *starts)
+    def of(
+        src: Tensor, tgt: Tensor, src_len: Tensor, tgt_len: Tensor, by_length: LengthIndex | None = None
+    ) -> Pairs:
+        return Pairs(src, tgt, src_len, tgt_len, block_starts(src_len), block_starts(tgt_len), by_length)
 
     @staticmethod
     def from_ids(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Pairs:
@@ -113,6 +143,15 @@ class Pairs:
 
     def __len__(self) -> int:
         return self.src_len.numel()
+
+    def starts(self, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Where pairs `rows` (R,) start in `src` and in `tgt`."""
+        return starts_of(self.src_blocks, self.src_len, rows), starts_of(self.tgt_blocks, self.tgt_len, rows)
+
+    def length_index(self) -> LengthIndex:
+        if self.by_length is None:
+            self.by_length = length_index(self.src_len, self.tgt_len)
+        return self.by_length
 
     def both_directions(self) -> Pairs:
         """These pairs, then each reversed (target -> source): a copy in memory, twice the pairs."""
@@ -126,16 +165,18 @@ class Pairs:
     def subset(self, rows: Tensor) -> Pairs:
         """The pairs `rows` (R,), in that order, with their ids copied end to end."""
         src_len, tgt_len = gather_rows(self.src_len, rows), gather_rows(self.tgt_len, rows)  # (R,)
-        src = _concat(self.src, self.src_start[rows], src_len)
-        tgt = _concat(self.tgt, self.tgt_start[rows], tgt_len)
+        src_start, tgt_start = self.starts(rows)
+        src = _concat(self.src, src_start, src_len)
+        tgt = _concat(self.tgt, tgt_start, tgt_len)
         return Pairs.of(src, tgt, src_len.to(self.src_len.dtype), tgt_len.to(self.tgt_len.dtype))
 
     def batch(self, rows: Tensor) -> Batch:
         """The padded batch of pairs `rows` (B,), in that order."""
         src_len, tgt_len = gather_rows(self.src_len, rows), gather_rows(self.tgt_len, rows)  # (B,)
-        src, src_mask = _padded(self.src, self.src_start[rows], src_len, None, EOS)
-        tgt_in, tgt_mask = _padded(self.tgt, self.tgt_start[rows], tgt_len, BOS, None)
-        tgt_out, _ = _padded(self.tgt, self.tgt_start[rows], tgt_len, None, EOS)
+        src_start, tgt_start = self.starts(rows)
+        src, src_mask = _padded(self.src, src_start, src_len, None, EOS)
+        tgt_in, tgt_mask = _padded(self.tgt, tgt_start, tgt_len, BOS, None)
+        tgt_out, _ = _padded(self.tgt, tgt_start, tgt_len, None, EOS)
         return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask, int(tgt_mask.sum()))
 
 
@@ -156,139 +197,102 @@ def source_batch(src_ids: list[list[int]]) -> tuple[Tensor, Tensor]:
 def batch_sizes(lengths: list[int], counts: list[int], max_tokens: int) -> list[int]:
     """Sizes of the token-budget batches cut from pairs sorted by cost length, given as runs
     (`counts[i]` pairs of length `lengths[i]`, increasing): a batch takes pairs while
-    pairs x length <= max_tokens, at least one. Works per batch, not per pair."""
+    pairs x length <= max_tokens, at least one. Works per run, not per batch or pair."""
     sizes, current = [], 0
     for length, left in zip(lengths, counts):
-        fit = max_tokens // length
-        while left:
-            if not current:
-                current, left = 1, left - 1
+        fit = max(max_tokens // length, 1)
+        if current:  # the open batch takes what still fits now that its longest pair is this long
             take = min(left, max(fit - current, 0))
             current, left = current + take, left - take
             if left:
                 sizes.append(current)
-                current = 0
+        if left:
+            full, current = divmod(left, fit)
+            sizes += [fit] * full
     return sizes + [current] * (current > 0)
 
 
-def length_batches(
-    src_cost: Tensor, tgt_cost: Tensor, order: Tensor, max_tokens: int
-) -> tuple[Tensor, list[int]]:
-    """`order` (P,) stably sorted by (longer side, source, target) cost lengths (eos/bos counted),
-    and the sizes of the token-budget batches that cut it, in that order."""
-    key = (torch.maximum(src_cost, tgt_cost) << 42) | (src_cost << 21) | tgt_cost  # (P,)
-    order = order[key[order].argsort(stable=True)]
-    lengths, counts = torch.unique_consecutive(key[order] >> 42, return_counts=True)
-    return order, batch_sizes(lengths.tolist(), counts.tolist(), max_tokens)
+def _sort_key(src_cost: Tensor, tgt_cost: Tensor) -> Tensor:
+    """(longer side, source, target) as one int64 that sorts the same way."""
+    return (torch.maximum(src_cost, tgt_cost) << 42) | (src_cost << 21) | tgt_cost
 
 
 def token_batches(src_lens: list[int], tgt_lens: list[int], max_tokens: int) -> list[list[int]]:
-    """Sentence indices grouped into token-budget batches by their cost lengths (eos/bos counted):
-    shortest batches first, equal lengths in input order (validation, translation)."""
+    """Sentence indices grouped into token-budget batches by their cost lengths (eos/bos counted, so
+    at least 1): shortest batches first, equal lengths in input order (validation, translation)."""
     if not src_lens:
         return []
-    src, tgt = torch.tensor(src_lens, dtype=torch.long), torch.tensor(tgt_lens, dtype=torch.long)
-    order, sizes = length_batches(src, tgt, torch.arange(len(src_lens)), max_tokens)
-    return [chunk.tolist() for chunk in order.split(sizes)]
+    index = length_index(torch.tensor(src_lens) - 1, torch.tensor(tgt_lens) - 1)
+    cuts, order = index.cuts(max_tokens).tolist(), index.order.tolist()
+    return [order[a:z] for a, z in zip(cuts, cuts[1:])]
 
 
 @dataclass
-class EpochPlan:
-    """One epoch's batches as indices: batch j holds pairs order[bounds[k]: bounds[k + 1]], where
-    k = shuffled[j]."""
+class LengthIndex:
+    """The pairs sorted once by (longer side, source, target) length, pairs of equal lengths (a group)
+    in corpus order: group g is order[starts[g]: starts[g + 1]], each of its pairs `lengths[g]` long."""
 
-    order: Tensor  # (P,) int32 pair indices sorted by length
-    bounds: list[int]  # batch b = order[bounds[b]: bounds[b + 1]]
-    shuffled: list[int]  # the batches in training order
+    order: Tensor  # (P,) int32 (int64 past 2**31 pairs) pair indices
+    lengths: Tensor  # (G, 2) int64 (source, target) pieces of each group, without eos/bos
+    starts: Tensor  # (G + 1,) int64
+    made: dict[int, Tensor] = field(default_factory=dict, repr=False)  # `cuts` by max_tokens
 
-    def __len__(self) -> int:
-        return len(self.shuffled)
+    def cuts(self, max_tokens: int) -> Tensor:
+        """(batches + 1,) int64: batch b is positions cuts[b]: cuts[b + 1] of `order`, the same every
+        epoch since the pairs of a group cost the same."""
+        if max_tokens not in self.made:
+            cost = self.lengths.max(1).values + 1  # (G,) the longer side with eos/bos, increasing
+            runs, run = torch.unique_consecutive(cost, return_inverse=True)
+            counts = torch.zeros(len(runs), dtype=torch.long).index_add_(0, run, self.starts.diff())
+            sizes = torch.tensor(batch_sizes(runs.tolist(), counts.tolist(), max_tokens), dtype=torch.long)
+            self.made[max_tokens] = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+        return self.made[max_tokens]
 
-    def rows(self, j: int) -> Tensor:
-        b = self.shuffled[j]
-        return self.order[self.bounds[b] : self.bounds[b + 1]].long()
+    def rows(self, first: int, end: int, seed: int) -> Tensor:
+        """The pairs at positions first: end, each group's ties in the order `seed` draws for it."""
+        g0, g1 = (int(torch.searchsorted(self.starts, p, right=True)) - 1 for p in (first, end - 1))
+        parts = []
+        for g in range(g0, g1 + 1):
+            a, z = int(self.starts[g]), int(self.starts[g + 1])
+            draw = torch.Generator().manual_seed((seed * 1_000_003 + g) % 2**63)
+            ties = torch.randperm(z - a, generator=draw)[max(first, a) - a : min(end, z) - a]
+            parts.append(self.order[a + ties])
+        return torch.cat(parts).long()
 
-
-def epoch_plan(src_len: Tensor, tgt_len: Tensor, max_tokens: int, seed: int, epoch: int) -> EpochPlan:
-    """An epoch's batches from the pairs' lengths (without eos/bos): length ties broken, then the
-    batches ordered, by draws seeded by (seed, epoch)."""
-    rng = random.Random(seed * 100_003 + epoch)
-    ties = torch.frombuffer(
-        array.array("d", (rng.random() for _ in range(len(src_len)))), dtype=torch.float64
-    )
-    order = ties.argsort(stable=True)
-    del ties
-    order, sizes = length_batches(src_len.long() + 1, tgt_len.long() + 1, order, max_tokens)
-    shuffled = list(range(len(sizes)))
-    rng.shuffle(shuffled)
-    return EpochPlan(order.int(), [0] + torch.tensor(sizes).cumsum(0).tolist(), shuffled)
-
-
-def fill_ratio(corpus: Pairs, plan: EpochPlan) -> float:
-    """Fraction of non-pad positions over source and target of the epoch's batches."""
-    sizes = torch.tensor(plan.bounds).diff()  # (batches,)
-    real = total = 0
-    for lengths in (corpus.src_len, corpus.tgt_len):
-        n = gather_rows(lengths, plan.order.long()).float() + 1  # (P,) in plan order, batch by batch
-        real += float(n.sum())
-        total += float((torch.segment_reduce(n, "max", lengths=sizes) * sizes).sum())
-    return real / total
+    def segments(self, cuts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The positions cut by both the batches and the groups: (size, batch, group) of each piece (N,)."""
+        bounds = torch.unique(torch.cat([cuts, self.starts]))  # (N + 1,) sorted
+        batch = torch.searchsorted(cuts, bounds[:-1], right=True) - 1
+        group = torch.searchsorted(self.starts, bounds[:-1], right=True) - 1
+        return bounds.diff(), batch, group
 
 
-class BatchStream:
-    """The training batches, epoch after epoch, each epoch in its seeded order. A position is
-    (epoch from 1, batches of that epoch already taken), all a checkpoint needs to resume the stream.
-    Given several views of the corpus (BPE-dropout's samples), epoch e reads view (e - 1) mod n.
+def _chunk_keys(src_len: Tensor, tgt_len: Tensor) -> Iterator[tuple[int, Tensor]]:
+    """(first pair, its chunk's sort keys (C,)) a chunk at a time: a memory-mapped corpus is read,
+    not copied."""
+    for a in range(0, len(src_len), CHUNK):
+        yield a, _sort_key(src_len[a : a + CHUNK].long(), tgt_len[a : a + CHUNK].long())
 
-    A worker thread pads the batches of the next `take` while the caller trains on these (and, for a
-    GPU, pins them so the copy is asynchronous)."""
 
-    def __init__(self, corpus: Pairs | list[Pairs], max_tokens: int, seed: int, pin_memory: bool = False):
-        self.views = corpus if isinstance(corpus, list) else [corpus]
-        self.max_tokens, self.seed, self.pin = max_tokens, seed, pin_memory
-        self.plans: dict[int, EpochPlan] = {}
-        self.worker = ThreadPoolExecutor(1, thread_name_prefix="mt-batches")
-        self.ahead: tuple[tuple[int, int, int], Future] | None = None
-
-    def plan(self, epoch: int) -> EpochPlan:
-        if epoch not in self.plans:
-            self.plans = {e: p for e, p in self.plans.items() if e >= epoch - 1}  # keep two at most
-            corpus = self.corpus(epoch)
-            self.plans[epoch] = epoch_plan(corpus.src_len, corpus.tgt_len, self.max_tokens, self.seed, epoch)
-            if epoch == 1:
-                log.info(
-                    "epoch 1: %d batches, non-pad fraction %.3f",
-                    len(self.plans[1]),
-                    fill_ratio(corpus, self.plans[1]),
-                )
-        return self.plans[epoch]
-
-    def corpus(self, epoch: int) -> Pairs:
-        return self.views[(epoch - 1) % len(self.views)]
-
-    def consumed(self, epoch: int, index: int) -> Iterator[tuple[Tensor, Tensor]]:
-        """The lengths (without eos/bos) of the pairs of every batch taken before position (epoch,
-        index): (src_len, tgt_len) per epoch, its plans made again (the worker may be using the cache)."""
-        for e in range(1, epoch + 1):
-            corpus = self.corpus(e)
-            plan = epoch_plan(corpus.src_len, corpus.tgt_len, self.max_tokens, self.seed, e)
-            taken = [plan.rows(j) for j in range(len(plan) if e < epoch else min(index, len(plan)))]
-            rows = torch.cat(taken) if taken else torch.zeros(0, dtype=torch.long)
-            yield corpus.src_len[rows], corpus.tgt_len[rows]
-
-    def _build(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:
-        epoch = max(epoch, 1)
-        if index >= len(self.plan(epoch)):
-            epoch, index = epoch + 1, 0
-        plan = self.plan(epoch)
-        corpus = self.corpus(epoch)
-        batches = [corpus.batch(plan.rows(j)) for j in range(index, min(index + n, len(plan)))]
-        return [b.pin_memory() for b in batches] if self.pin else batches, epoch, index + len(batches)
-
-    def take(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:
-        """Up to n batches from position (epoch, index), moving to the next epoch at an epoch's end
-        (epoch 0 = not started); returns them and the position after them."""
-        ready = self.ahead is not None and self.ahead[0] == (epoch, index, n)
-        found = self.ahead[1].result() if ready else self._build(epoch, index, n)
-        self.ahead = ((found[1], found[2], n), self.worker.submit(self._build, found[1], found[2], n))
-        return found
+def length_index(src_len: Tensor, tgt_len: Tensor, order: Tensor | None = None) -> LengthIndex:
+    """The pairs' LengthIndex in two passes: their groups counted, then each pair's index placed after
+    the earlier ones of its group. `order`: where to write the (P,) index (a memory-mapped file), else
+    a new tensor."""
+    keys, counts = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)  # (G,) sorted
+    for _, key in _chunk_keys(src_len, tgt_len):
+        found, n = torch.unique(key, return_counts=True)
+        keys, merged = torch.unique(torch.cat([keys, found]), return_inverse=True)
+        counts = torch.zeros(len(keys), dtype=torch.long).index_add_(0, merged, torch.cat([counts, n]))
+    starts = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
+    dtype = torch.int32 if len(src_len) < 2**31 else torch.int64
+    order = torch.empty(len(src_len), dtype=dtype) if order is None else order
+    placed = starts[:-1].clone()  # (G,) where each group's next pair goes
+    for a, key in _chunk_keys(src_len, tgt_len):
+        group = torch.searchsorted(keys, key)  # (C,)
+        by_group = group.argsort(stable=True)
+        in_order = group[by_group]
+        rank = torch.arange(len(key)) - torch.searchsorted(in_order, in_order)  # among its group's here
+        order[placed[in_order] + rank] = (by_group + a).to(dtype)
+        placed += torch.bincount(group, minlength=len(keys))
+    lengths = torch.stack([(keys >> 21) & (2**21 - 1), keys & (2**21 - 1)], 1)
+    return LengthIndex(order, lengths, starts)

@@ -113,19 +113,33 @@ def input_lines(path: str | None) -> list[str]:
 def iter_lines(path: str | Path) -> Iterator[str]:
     """Stream a (possibly gzipped) UTF-8 text file as normalised lines, split as `text_lines` does."""
     path = Path(path)
-    with _open(path) as f:
+    for number, raw in enumerate(raw_lines(path), 1):
+        yield decoded_line(raw, path, number)
+
+
+def raw_lines(source: TextSource) -> Iterator[bytes | str]:
+    """A source's lines as stored: a file's bytes, each ending at b"\n" only (`decoded_line` makes
+    them text), a generated corpus's strings."""
+    if not isinstance(source, Path):
+        yield from source
+        return
+    with _open(source) as f:
         try:
-            for number, raw in enumerate(f, 1):  # binary lines end at b"\n" only
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise DataError(
-                        f"{path}: line {number} is not valid UTF-8; re-encode the file as UTF-8"
-                    ) from None
-                line = line[:-1] if line.endswith("\n") else line
-                yield normalize(line[:-1] if line.endswith("\r") else line)
+            yield from f
         except (OSError, EOFError, zlib.error) as e:
-            raise read_failure(path, e) from None
+            raise read_failure(source, e) from None
+
+
+def decoded_line(raw: bytes | str, path: TextSource, number: int) -> str:
+    """Line `number` of `path` as `raw_lines` gave it, as normalised text (a string is already)."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: line {number} is not valid UTF-8; re-encode the file as UTF-8") from None
+    line = line[:-1] if line.endswith("\n") else line
+    return normalize(line[:-1] if line.endswith("\r") else line)
 
 
 def read_lines(path: str | Path) -> list[str]:

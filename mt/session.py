@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from mt.batching import BatchStream, Pairs
+from mt.batching import Pairs
 from mt.config import RunConfig
 from mt.data import load_split
 from mt.metrics import HEADLINE
@@ -31,6 +31,7 @@ from mt.run.resume import Resumed, restore
 from mt.tokenizer import Tokenizer
 from mt.training import corpus, distributed
 from mt.training.compute import card_pipeline, pipeline_multiply_adds, training_multiply_adds
+from mt.training.epochs import BatchStream
 from mt.training.validation import Validation, make_validation
 
 log = logging.getLogger(__name__)
@@ -76,8 +77,13 @@ def new_tokenizer(
 def joint_bpe(cfg: RunConfig, ranks: distributed.Ranks) -> tuple[Tokenizer, int | None, dict]:
     """Learned once, on rank 0, so that every rank has the very same pieces; the pair count and the
     settings chosen for the script (rank 0; mt.plumbing.script.tokenizer_settings)."""
-    tokenizer, pairs, settings = corpus.learn_tokenizer(cfg) if ranks.main else (None, None, {})
-    return Tokenizer(distributed.from_main(tokenizer.proto if tokenizer else None, ranks)), pairs, settings
+
+    def learned() -> tuple[bytes, int, dict]:
+        tokenizer, pairs, settings = corpus.learn_tokenizer(cfg)
+        return tokenizer.proto, pairs, settings
+
+    proto, pairs, settings = distributed.made_by_main(learned, ranks, "learns the joint BPE")
+    return Tokenizer(proto), pairs, settings
 
 
 def training_corpus(
@@ -87,8 +93,11 @@ def training_corpus(
     One view, or with data.bpe_dropout data.bpe_views sampled ones (epoch e trains on view e mod n);
     and their folders (the views keep the same pairs)."""
     views = range(1, cfg.data.bpe_views + 1) if cfg.data.bpe_dropout else [0]
-    folders = [str(corpus.prepare(cfg.data, tokenizer, pairs, v)) for v in views] if ranks.main else None
-    folders = [Path(folder) for folder in distributed.from_main(folders, ranks)]
+    folders = distributed.made_by_main(
+        lambda: [corpus.prepare(cfg.data, tokenizer, pairs, v) for v in views],
+        ranks,
+        "binarizes the training corpus (or checks its cache)",
+    )
     return [corpus.training_pairs(cfg.data, folder) for folder in folders], folders
 
 

@@ -45,7 +45,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # mt from this checkout, inst
 from train_profile import family_table, labelled, op_families  # noqa: E402
 
 import mt.loss  # noqa: E402
-from mt.batching import BatchStream, Pairs, epoch_plan  # noqa: E402
+from mt.batching import Pairs  # noqa: E402
 from mt.config import load_config  # noqa: E402
 from mt.generated import synthetic  # noqa: E402
 from mt.model import Seq2Seq  # noqa: E402
@@ -54,6 +54,7 @@ from mt.step import inverse_sqrt_lr, train_step  # noqa: E402
 from mt.training import corpus  # noqa: E402
 from mt.training.compute import forward_multiply_adds  # noqa: E402
 from mt.training.distributed import native_precisions, resolve_device, set_precision  # noqa: E402
+from mt.training.epochs import BatchStream, epoch_plan  # noqa: E402
 
 # dense tensor-core (fp32: CUDA-core) peaks in TFLOP/s, from NVIDIA's data sheets; by device name
 PEAKS = {
@@ -79,7 +80,7 @@ def bench_pairs(cfg, steps: int) -> tuple[Pairs, int, torch.Tensor]:
         tokenizer, total, _ = corpus.learn_tokenizer(cfg)  # what `mt train` does: BPE, binarized pairs
         pairs = corpus.training_pairs(cfg.data, corpus.prepare(cfg.data, tokenizer, total))
         vocab_size = tokenizer.vocab_size
-    plan = epoch_plan(pairs.src_len, pairs.tgt_len, cfg.train.max_tokens, cfg.train.seed, 1)
+    plan = epoch_plan(pairs, cfg.train.max_tokens, cfg.train.seed, 1)
     rows = torch.cat([plan.rows(j) for j in range(min(steps, len(plan)))])
     return pairs.subset(rows), vocab_size, target_pieces([pairs.tgt], vocab_size)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from mt.batching import BatchStream
 from mt.config import load_config
 from mt.output_pieces import target_pieces
 from mt.run.checkpoint import load_checkpoint
@@ -25,6 +24,7 @@ from mt.run.folder import load_run
 from mt.run.records import progress_of
 from mt.training import corpus
 from mt.training.compute import training_multiply_adds
+from mt.training.epochs import BatchStream
 
 
 def run_compute(run: str) -> dict:

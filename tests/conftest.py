@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mt.batching import BatchStream, Pairs
+from mt.batching import Pairs
 from mt.cli import main
 from mt.config import ModelConfig, TrainConfig, load_config
 from mt.evaluate import evaluate_run
@@ -28,6 +28,7 @@ from mt.serving.worker import Worker
 from mt.step import inverse_sqrt_lr, train_step
 from mt.tokenizer import train_tokenizer
 from mt.train import train
+from mt.training.epochs import BatchStream
 from mt.translate import translate_nbest
 from mt.translator import Translator
 

@@ -6,24 +6,23 @@ import random
 import pytest
 import torch
 
+import mt.batching
 from mt.batching import (
-    BatchStream,
     Pairs,
     batch_sizes,
-    epoch_plan,
-    fill_ratio,
     gather_rows,
     make_batch,
     source_batch,
     token_batches,
 )
 from mt.tokenizer import BOS, EOS, PAD
+from mt.training.epochs import BatchStream, epoch_plan, fill_ratio
 
 
-def reference_batches(src_lens, tgt_lens, max_tokens, rng=None):
-    """Indices sorted by (longer side, source, target, a draw), cut greedily while batch size x
-    longest <= max_tokens; with `rng`, the batches shuffled."""
-    ties = [rng.random() for _ in src_lens] if rng else [0.0] * len(src_lens)
+def reference_batches(src_lens, tgt_lens, max_tokens, ties=None):
+    """Indices sorted by (longer side, source, target, ties[i]), cut greedily while batch size x
+    longest <= max_tokens."""
+    ties = ties or list(range(len(src_lens)))
     order = sorted(
         range(len(src_lens)), key=lambda i: (max(src_lens[i], tgt_lens[i]), src_lens[i], tgt_lens[i], ties[i])
     )
@@ -36,16 +35,36 @@ def reference_batches(src_lens, tgt_lens, max_tokens, rng=None):
         current.append(i)
         longest = max(longest, length)
     batches += [current] if current else []
-    if rng:
-        rng.shuffle(batches)
     return batches
 
 
+def reference_epoch_rows(src_lens, tgt_lens, max_tokens, seed, epoch):
+    """An epoch's batches as the planner's rule states them, built pair by pair: the pairs of each
+    group of equal lengths (numbered g in length order) in the order torch.randperm draws from seed
+    (seed * 100_003 + epoch) * 1_000_003 + g; cut greedily; the batches in the order randperm draws
+    from seed * 100_003 + epoch."""
+    draw = seed * 100_003 + epoch
+    keys = sorted({(max(s, t), s, t) for s, t in zip(src_lens, tgt_lens)})
+    ties = [0] * len(src_lens)
+    for g, key in enumerate(keys):
+        members = [i for i, (s, t) in enumerate(zip(src_lens, tgt_lens)) if (max(s, t), s, t) == key]
+        shuffled = torch.randperm(len(members), generator=torch.Generator().manual_seed(draw * 1_000_003 + g))
+        for rank, member in enumerate(shuffled.tolist()):
+            ties[members[member]] = rank
+    batches = reference_batches([s + 1 for s in src_lens], [t + 1 for t in tgt_lens], max_tokens, ties)
+    order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(draw))
+    return [batches[b] for b in order.tolist()]
+
+
 def reference_epoch(src, tgt, max_tokens, seed, epoch):
-    """An epoch's padded batches from id lists, as the list version made them."""
-    rng = random.Random(seed * 100_003 + epoch)
-    groups = reference_batches([len(s) + 1 for s in src], [len(t) + 1 for t in tgt], max_tokens, rng)
+    """An epoch's padded batches from id lists, built pair by pair."""
+    groups = reference_epoch_rows([len(s) for s in src], [len(t) for t in tgt], max_tokens, seed, epoch)
     return [make_batch([src[i] for i in g], [tgt[i] for i in g]) for g in groups]
+
+
+def lengths_pairs(src_lens, tgt_lens):
+    """Pairs of these lengths (their ids do not matter to a plan)."""
+    return Pairs.from_ids([[5] * n for n in src_lens], [[6] * n for n in tgt_lens])
 
 
 def hand_padded(seqs):
@@ -62,8 +81,10 @@ def test_token_batches_and_epoch_plans_are_the_reference_grouping():
         src, tgt = [rng.randint(1, 30) for _ in range(n)], [rng.randint(1, 30) for _ in range(n)]
         max_tokens = rng.choice([8, 20, 64, 256])  # 8 and 20: some pairs alone exceed the budget
         assert token_batches(src, tgt, max_tokens) == reference_batches(src, tgt, max_tokens)
-        plan = epoch_plan(torch.tensor(src) - 1, torch.tensor(tgt) - 1, max_tokens, seed=trial, epoch=2)
-        expected = reference_batches(src, tgt, max_tokens, random.Random(trial * 100_003 + 2))
+        plan = epoch_plan(
+            lengths_pairs([n - 1 for n in src], [n - 1 for n in tgt]), max_tokens, trial, epoch=2
+        )
+        expected = reference_epoch_rows([n - 1 for n in src], [n - 1 for n in tgt], max_tokens, trial, 2)
         assert [plan.rows(j).tolist() for j in range(len(plan))] == expected
 
 
@@ -82,15 +103,41 @@ def test_batch_sizes_by_runs_of_equal_length():
     assert batch_sizes([2, 3], [3, 4], 7) == [3, 2, 2]
     assert batch_sizes([9], [2], 7) == [1, 1]  # longer than the budget: alone
     assert batch_sizes([2, 3], [1, 1], 100) == [2]
+    assert batch_sizes([2, 3, 9], [2, 5, 1], 7) == [2, 2, 2, 1, 1]  # runs that end in a full batch
+
+
+def test_a_length_index_read_a_chunk_at_a_time_is_the_one_read_at_once(monkeypatch):
+    rng = random.Random(5)
+    src, tgt = [rng.randint(0, 12) for _ in range(1000)], [rng.randint(0, 12) for _ in range(1000)]
+    whole = lengths_pairs(src, tgt).length_index()
+    monkeypatch.setattr(mt.batching, "CHUNK", 64)
+    chunked = lengths_pairs(src, tgt).length_index()
+    assert torch.equal(whole.order, chunked.order) and torch.equal(whole.starts, chunked.starts)
+    keys = [(max(src[i], tgt[i]), src[i], tgt[i]) for i in whole.order.tolist()]
+    assert keys == sorted(keys) and whole.order.dtype == torch.int32
+    for g in range(len(whole.lengths)):  # a group: pairs of its lengths, in corpus order
+        members = whole.order[whole.starts[g] : whole.starts[g + 1]].tolist()
+        assert members == sorted(members)
+        assert {(src[i], tgt[i]) for i in members} == {tuple(whole.lengths[g].tolist())}
+
+
+def test_pairs_start_where_their_block_and_the_lengths_before_them_say():
+    rng = random.Random(2)
+    src = [[rng.randint(4, 9)] * rng.randint(0, 5) for _ in range(300)]  # BLOCK is 64: five blocks
+    pairs = Pairs.from_ids(src, src)
+    rows = torch.tensor([0, 63, 64, 65, 299, 128, 1])
+    expected = [sum(len(s) for s in src[:r]) for r in rows.tolist()]
+    assert pairs.starts(rows)[0].tolist() == expected
 
 
 def test_epoch_plans_are_seeded():
-    src, tgt = torch.tensor([i % 17 + 1 for i in range(300)]), torch.tensor([i % 13 + 1 for i in range(300)])
+    pairs = lengths_pairs([i % 17 + 1 for i in range(300)], [i % 13 + 1 for i in range(300)])
     rows = lambda plan: [plan.rows(j).tolist() for j in range(len(plan))]  # noqa: E731
-    first = rows(epoch_plan(src, tgt, 128, seed=1, epoch=1))
-    assert first == rows(epoch_plan(src, tgt, 128, seed=1, epoch=1))
-    assert first != rows(epoch_plan(src, tgt, 128, seed=1, epoch=2))
-    assert first != rows(epoch_plan(src, tgt, 128, seed=2, epoch=1))
+    first = rows(epoch_plan(pairs, 128, seed=1, epoch=1))
+    assert first == rows(epoch_plan(pairs, 128, seed=1, epoch=1))
+    assert first != rows(epoch_plan(pairs, 128, seed=1, epoch=2))
+    assert first != rows(epoch_plan(pairs, 128, seed=2, epoch=1))
+    assert sorted(i for batch in first for i in batch) == list(range(300))
 
 
 def test_a_batch_is_the_hand_padded_pairs():
@@ -117,9 +164,8 @@ def test_fill_ratio_counts_the_padded_batches(toy, tokenizer):
     batches = reference_epoch(src, tgt, 600, seed=3, epoch=1)
     real = sum(int(b.src_mask.sum()) + int(b.tgt_mask.sum()) for b in batches)
     total = sum(b.src.numel() + b.tgt_in.numel() for b in batches)
-    lengths = [torch.tensor([len(s) for s in side]) for side in (src, tgt)]
-    plan = epoch_plan(*lengths, 600, seed=3, epoch=1)
-    assert fill_ratio(Pairs.from_ids(src, tgt), plan) == pytest.approx(real / total, rel=1e-12)
+    plan = epoch_plan(Pairs.from_ids(src, tgt), 600, seed=3, epoch=1)
+    assert fill_ratio(plan) == pytest.approx(real / total, rel=1e-12)
 
 
 def test_batch_stream_crosses_epochs_and_is_the_seeded_epochs(toy, tokenizer):

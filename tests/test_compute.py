@@ -10,7 +10,7 @@ from conftest import ROOT
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from mt.batching import BatchStream, Pairs, make_batch, source_batch
+from mt.batching import Pairs, make_batch, source_batch
 from mt.config import ModelConfig
 from mt.decode import search
 from mt.decode_config import DecodeConfig
@@ -18,6 +18,7 @@ from mt.loss import batch_loss
 from mt.model import Seq2Seq
 from mt.output_pieces import target_pieces
 from mt.training.compute import forward_multiply_adds, search_multiply_adds, training_multiply_adds
+from mt.training.epochs import BatchStream
 
 
 @pytest.mark.parametrize("pieces", ["all", "target"])

@@ -3,16 +3,18 @@ long pairs and data.clean's rules (mt.training.clean), a damaged or stale cache 
 sample is seeded."""
 
 import dataclasses
+import json
 import logging
 
 import pytest
 import torch
 
+from mt import batching
 from mt.config import CleanConfig, DataConfig
 from mt.data import load_split
 from mt.generated.toy import toy_corpus
 from mt.plumbing.errors import DataError
-from mt.training import clean, corpus
+from mt.training import binarize, clean, corpus
 from mt.training.corpus import tokenizer_sample
 
 
@@ -38,9 +40,9 @@ def test_binarized_ids_round_trip_to_the_text(files, tokenizer):
     got = [
         (loaded.src[a : a + n].tolist(), loaded.tgt[b : b + m].tolist())
         for a, n, b, m in zip(
-            loaded.src_start.tolist(),
+            loaded.starts(torch.arange(len(loaded)))[0].tolist(),
             loaded.src_len.tolist(),
-            loaded.tgt_start.tolist(),
+            loaded.starts(torch.arange(len(loaded)))[1].tolist(),
             loaded.tgt_len.tolist(),
         )
     ]
@@ -122,12 +124,13 @@ def test_bpe_dropout_views_are_seeded_samples_of_the_same_text(files, tokenizer,
     """Each view re-encodes the pairs with BPE-dropout: the same text in other pieces, the same again
     for the same view, another for another view; view 0 is the plain encoding."""
     sampled = dataclasses.replace(files, max_len=400, bpe_dropout=0.3)
-    monkeypatch.setattr(corpus, "CHUNK", 7)  # several chunks: each side of each gets a seed of its own
+    monkeypatch.setattr(binarize, "CHUNK", 7)  # several chunks: each side of each gets a seed of its own
 
     def pieces(folder) -> list[list[int]]:
         loaded = corpus.load(folder)
         return [
-            loaded.src[a : a + n].tolist() for a, n in zip(loaded.src_start.tolist(), loaded.src_len.tolist())
+            loaded.src[a : a + n].tolist()
+            for a, n in zip(loaded.starts(torch.arange(len(loaded)))[0].tolist(), loaded.src_len.tolist())
         ]
 
     plain, one, two = (pieces(corpus.prepare(sampled, tokenizer, view=v)) for v in (0, 1, 2))
@@ -184,7 +187,8 @@ def test_cleaning_removes_a_pair_for_the_first_rule_it_breaks_and_lists_its_line
     ]
     loaded = corpus.load(built)
     kept_src = [
-        loaded.src[a : a + n].tolist() for a, n in zip(loaded.src_start.tolist(), loaded.src_len.tolist())
+        loaded.src[a : a + n].tolist()
+        for a, n in zip(loaded.starts(torch.arange(len(loaded)))[0].tolist(), loaded.src_len.tolist())
     ]
     assert tokenizer.decode(kept_src) == de[:20]
     report = corpus.cleaning_report(built, tmp_path / "removed-pairs.tsv")
@@ -213,7 +217,7 @@ def test_seen_pairs_finds_every_repeat_across_merges(monkeypatch):
     pairs = [(f"s{i}", f"t{j}") for i, j in torch.randint(0, 6, (300, 2), generator=g).tolist()]
     seen, answers, naive = clean.SeenPairs(), [], set()
     for start in range(0, 300, 7):  # chunks, a repeat often inside one
-        answers += seen.first_seen(pairs[start : start + 7])
+        answers += seen.first_seen(clean.pair_keys(pairs[start : start + 7]))
     for pair in pairs:
         answers_naive = pair not in naive
         naive.add(pair)
@@ -277,3 +281,47 @@ def test_the_language_rule_tells_chinese_from_english_as_it_tells_the_same_text_
         for en, zh in zip(test_en, test_zh)
     ]
     assert verdicts == [(False, False, True, True)] * len(test_en)  # exchanged sides are caught
+
+
+def test_two_encoding_processes_write_the_bytes_one_process_writes(files, tokenizer, monkeypatch, tmp_path):
+    """Chunks encoded in worker processes (here 2, 7 pairs a chunk) come back in corpus order: every file
+    of the folder is byte for byte the one-process build's, BPE-dropout's seeded samples and the
+    duplicate rule (judged in the main process) included."""
+    lines = (tmp_path / "train.de").read_text().splitlines()
+    en = (tmp_path / "train.en").read_text().splitlines()
+    (tmp_path / "train.de").write_text("\n".join(lines + lines[:40]) + "\n")  # 40 pairs again: the
+    (tmp_path / "train.en").write_text("\n".join(en + en[:40]) + "\n")  # short ones are duplicates
+    sampled = dataclasses.replace(files, bpe_dropout=0.2)
+    monkeypatch.setattr(binarize, "CHUNK", 7)
+    built = {}
+    for processes in (1, 2):
+        monkeypatch.setenv("MT_CACHE_DIR", str(tmp_path / f"cache-{processes}"))
+        monkeypatch.setattr(binarize, "binarize_processes", lambda sources, n=processes: n)
+        built[processes] = [corpus.prepare(sampled, tokenizer, view=v) for v in (0, 1)]
+    for one, two in zip(built[1], built[2]):
+        for name in corpus.FILES:
+            assert (one / name).read_bytes() == (two / name).read_bytes(), name
+    meta = json.loads((built[2][0] / "meta.json").read_text())
+    assert meta["removed"]["duplicate"] > 0 and meta["removed"]["too_long"] > 0
+    assert (built[2][1] / "src.ids").read_bytes() != (built[2][0] / "src.ids").read_bytes()
+
+
+def test_a_line_that_is_not_utf8_is_named_by_an_encoding_process_before_the_sides_uneven_end(
+    files, tokenizer, monkeypatch
+):
+    path = corpus.training_sources(files)[1]
+    lines = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join(lines[:17] + [b"caf\xe9"] + lines[18:-10]))  # and 10 lines short
+    monkeypatch.setattr(binarize, "CHUNK", 7)
+    monkeypatch.setattr(binarize, "binarize_processes", lambda sources: 2)
+    with pytest.raises(DataError) as e:
+        corpus.prepare(files, tokenizer)
+    assert str(e.value) == f"{path}: line 18 is not valid UTF-8; re-encode the file as UTF-8"
+
+
+def test_a_loaded_corpus_carries_the_length_index_of_its_lengths(files, tokenizer):
+    loaded = corpus.load(corpus.prepare(files, tokenizer))
+    made = batching.length_index(loaded.src_len, loaded.tgt_len)
+    stored = loaded.length_index()
+    assert torch.equal(stored.order, made.order) and torch.equal(stored.lengths, made.lengths)
+    assert torch.equal(stored.starts, made.starts) and len(stored.order) == len(loaded)

@@ -122,6 +122,27 @@ def test_a_failing_rank_stops_the_others(tiny, tmp_path):
     assert "another rank probably failed: see its error above" in result.stderr
 
 
+@pytest.mark.slow
+def test_rank_zero_failing_to_prepare_the_corpus_stops_the_others_with_its_reason(
+    tiny, small_corpus, tmp_path
+):
+    """Rank 0 alone learns the BPE and binarizes; the other ranks say that they wait, and when rank 0
+    fails they say why and stop (a wait has no 10-minute limit: binarizing takes as long as the corpus)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for path in small_corpus.iterdir():
+        (corpus / path.name).write_bytes(path.read_bytes())
+    lines = (corpus / "train.en").read_bytes().split(b"\n")
+    (corpus / "train.en").write_bytes(b"\n".join(lines[:2] + [b"caf\xe9"] + lines[3:]))
+    sets = tiny[:-1] + [f"data.dir={corpus}"] + DDP + ["train.max_steps=5"]
+    result = launch(tmp_path / "steps", tmp_path / "run", sets, nproc=2)
+    reason = f"{corpus / 'train.en'}: line 3 is not valid UTF-8; re-encode the file as UTF-8"
+    assert result.returncode != 0
+    assert "rank 1 waits while rank 0 learns the joint BPE" in result.stderr
+    assert f"mt: error: [rank 0] {reason}" in result.stderr  # rank 0's own error
+    assert f"mt: error: [rank 1] rank 0 failed while it learns the joint BPE: {reason}" in result.stderr
+
+
 def test_nccl_without_gpus_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     with pytest.raises(ConfigError) as e:

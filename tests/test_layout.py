@@ -47,7 +47,9 @@ LAYERS = {
     ],
     "Training": [
         "training.clean",
+        "training.binarize",
         "training.corpus",
+        "training.epochs",
         "training.compute",
         "training.distributed",
         "training.validation",

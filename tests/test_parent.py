@@ -10,7 +10,6 @@ import pytest
 import torch
 from conftest import ROOT, file_hashes, metrics, run_main, sets, weights
 
-from mt.batching import BatchStream
 from mt.config import load_config
 from mt.loss import batch_loss
 from mt.model import Seq2Seq
@@ -19,6 +18,7 @@ from mt.run.parent import parse_init_from
 from mt.tokenizer import PAD, Tokenizer
 from mt.train import train
 from mt.training import corpus
+from mt.training.epochs import BatchStream
 
 CHILD = ["model.dropout=0.0", "train.log_every=1", "train.valid_every=2", "train.lr=1e-3"]
 

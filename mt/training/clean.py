@@ -9,6 +9,7 @@ numbers and rules beside the binarized ids.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 
 import torch
@@ -56,9 +57,16 @@ class Languages:
         return other > own
 
 
+def pair_keys(pairs: list[tuple[str, str]]) -> list[int]:
+    """64-bit keys of pairs for the duplicate rule, the same in every process (Python's own `hash` of
+    a string is salted per process, and binarizing encodes in several)."""
+    digests = (hashlib.blake2b(f"{s}\n{t}".encode(), digest_size=8).digest() for s, t in pairs)
+    return [int.from_bytes(d, "little", signed=True) for d in digests]
+
+
 class SeenPairs:
     """Which pairs came before, in about 8 bytes a pair (a set of millions of Python ints takes ~70):
-    64-bit hashes, the recent ones in a set that is merged into a sorted tensor when it grows."""
+    their `pair_keys`, the recent ones in a set that is merged into a sorted tensor when it grows."""
 
     MERGE = 1 << 18
 
@@ -66,9 +74,8 @@ class SeenPairs:
         self.old = torch.empty(0, dtype=torch.int64)
         self.recent: set[int] = set()
 
-    def first_seen(self, pairs: list[tuple[str, str]]) -> list[bool]:
-        """For each pair in order, whether it is new (it is remembered)."""
-        keys = [hash(pair) for pair in pairs]  # salted per process: only compared within this pass
+    def first_seen(self, keys: list[int]) -> list[bool]:
+        """For each pair's key in order, whether it is new (it is remembered)."""
         before = [False] * len(keys)
         if len(self.old) and keys:
             query = torch.tensor(keys, dtype=torch.int64)
@@ -117,18 +124,31 @@ class Cleaner:
         }
         return [rule for rule in RULES if on.get(rule, True)]
 
+    @property
+    def deduplicates(self) -> bool:
+        return bool(self.rules and self.rules.duplicates)
+
     def verdicts(self, pairs: list[tuple[str, str]], lengths: list[tuple[int, int]]) -> list[str]:
-        found = [self._rule(pair, n) for pair, n in zip(pairs, lengths)]
-        if self.rules and self.rules.duplicates:
+        found = [self.rule(pair, n) for pair, n in zip(pairs, lengths)]
+        kept = [pair for pair, rule in zip(pairs, found) if not rule]
+        return self.judged(found, pair_keys(kept) if self.deduplicates else [])
+
+    def judged(self, found: list[str], keys: list[int]) -> list[str]:
+        """The verdicts `rule` gave, with the duplicate rule applied to the pairs it kept (their
+        `pair_keys`, in order, where the rule applies), counted. Binarizing's processes give the first
+        and this one process judges, in corpus order."""
+        found = list(found)
+        if self.deduplicates:
             kept = [i for i, rule in enumerate(found) if not rule]
-            for i, new in zip(kept, self.seen.first_seen([pairs[i] for i in kept])):
+            for i, new in zip(kept, self.seen.first_seen(keys)):
                 found[i] = "" if new else "duplicate"
         for rule in found:
             if rule:
                 self.counts[rule] += 1
         return found
 
-    def _rule(self, pair: tuple[str, str], lengths: tuple[int, int]) -> str:
+    def rule(self, pair: tuple[str, str], lengths: tuple[int, int]) -> str:
+        """The first rule but the duplicate rule that `pair` breaks, or "" (kept so far)."""
         shorter, longer = sorted(lengths)
         if not shorter:
             return "empty"

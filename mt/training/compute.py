@@ -15,18 +15,22 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from mt.batching import BatchStream
 from mt.config import ModelConfig
+from mt.training.epochs import BatchStream
 
 
-def forward_multiply_adds(cfg: ModelConfig, output_size: int, src_len: Tensor, tgt_len: Tensor) -> float:
-    """Multiply-adds of one forward pass over pairs of these lengths (pieces without eos/bos, (P,))."""
+def forward_multiply_adds(
+    cfg: ModelConfig, output_size: int, src_len: Tensor, tgt_len: Tensor, count: Tensor | None = None
+) -> float:
+    """Multiply-adds of one forward pass over pairs of these lengths (pieces without eos/bos, (P,)),
+    `count[i]` pairs of lengths i where given."""
     D, F, V = cfg.d_model, cfg.d_ff, output_size  # V: the pieces the output layer scores
     encoder_layers, decoder_layers = cfg.depth
     s, t = src_len.double() + 1, tgt_len.double() + 1  # (P,) with eos / bos
     encoder = s * (4 * D * D + 2 * D * F) + 2 * s * s * D
     decoder = t * (6 * D * D + 2 * D * F) + s * 2 * D * D + 2 * t * t * D + 2 * t * s * D
-    return float((encoder_layers * encoder + decoder_layers * decoder + t * D * V).sum())
+    each = encoder_layers * encoder + decoder_layers * decoder + t * D * V  # (P,)
+    return float((each if count is None else each * count.double()).sum())
 
 
 def training_multiply_adds(
@@ -35,8 +39,8 @@ def training_multiply_adds(
     """Forward and backward multiply-adds of every batch a training consumed up to its stream position
     (epoch, batches of it taken): updates a non-finite loss skipped count, they were computed."""
     return 3 * sum(
-        forward_multiply_adds(cfg, output_size, src_len, tgt_len)
-        for src_len, tgt_len in stream.consumed(epoch, batch_index)
+        forward_multiply_adds(cfg, output_size, src_len, tgt_len, count)
+        for src_len, tgt_len, count in stream.consumed(epoch, batch_index)
     )
 
 

@@ -1,20 +1,20 @@
 """The training corpus as token ids on disk: sampled for the tokenizer, binarized once in a streaming
 pass, memory-mapped after; batches made from it lazily.
 
-Millions of pairs do not fit in Python lists (about 1 KB a sentence). `binarize` reads the training
-files line by line, encodes them in chunks, and appends the ids of the pairs it keeps to flat arrays
-of the smallest integer type that holds the vocabulary (uint16 up to 65,536 pieces), with one
-lengths array per side. The arrays live in a cache folder named by the corpus files and the
-tokenizer, with a meta.json of their sizes and sha256 written last; a later start (and every
-torchrun rank) checks and memory-maps them, so the page cache holds one copy. A stale or damaged
-folder is rebuilt, never trusted.
+Millions of pairs do not fit in Python lists (about 1 KB a sentence). mt.training.binarize streams
+the training files into flat arrays of ids of the smallest integer type that holds the vocabulary
+(uint16 up to 65,536 pieces) and one lengths array per side; the pairs sorted by length
+(mt.batching.LengthIndex) are stored beside them. The arrays live in a cache folder named by the
+corpus files and the tokenizer, with a meta.json of their sizes and sha256 written last; a later
+start (and every torchrun rank) checks and memory-maps them, so the page cache holds one copy and
+a restart holds nothing a pair long in its own memory. A stale or damaged folder is rebuilt, never
+trusted.
 
 `load` memory-maps them as `batching.Pairs`, which mt.batching plans into batches and pads.
 """
 
 from __future__ import annotations
 
-import array
 import hashlib
 import json
 import logging
@@ -22,16 +22,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from torch import Tensor
-from tqdm import tqdm
 
-from mt.batching import Pairs
+from mt.batching import LengthIndex, Pairs, length_index
 from mt.config import DataConfig, RunConfig
 from mt.data import (
-    TextSource,
     count_lines,
     downloads_dir,
     empty_file,
@@ -40,35 +37,22 @@ from mt.data import (
     source_lines,
     training_sources,
 )
-from mt.plumbing.errors import DataError
 from mt.plumbing.files import file_sha256, write_failure, write_text
 from mt.plumbing.script import tokenizer_settings
 from mt.tokenizer import Tokenizer, train_tokenizer
-from mt.training.clean import Cleaner, cleaning_identity
+from mt.training.binarize import SIDES, TYPECODE, binarize, log_kept
+from mt.training.clean import cleaning_identity
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2
-CHUNK = 10_000  # pairs encoded at a time
+FORMAT = 3
+INDEX = ("length.order", "length.groups")  # LengthIndex: its order; (source, target, pairs) a group
+FILES = SIDES + INDEX + ("removed.tsv",)
 
 
 def cache_root() -> Path:
     """$MT_CACHE_DIR, else binarized/ beside the downloads (data/ of a checkout, ~/.cache/mt)."""
     return Path(os.environ.get("MT_CACHE_DIR") or downloads_dir() / "binarized")
-
-
-def _paired(sources: tuple[TextSource, TextSource]) -> Iterator[tuple[str, str]]:
-    """The two sides' normalised lines in step; a side that ends early is an error naming both."""
-    src, tgt = (source_lines(s) for s in sources)
-    n = 0
-    for n, pair in enumerate(zip(src, tgt), 1):
-        yield pair
-    rest = [sum(1 for _ in side) for side in (src, tgt)]  # zip stopped at the shorter side
-    if any(rest):
-        names = [
-            s if isinstance(s, Path) else f"the {side} side" for s, side in zip(sources, ("source", "target"))
-        ]
-        raise misaligned(names[0], n + rest[0], names[1], n + rest[1])
 
 
 # ---- the tokenizer's sample -------------------------------------------------------------------------
@@ -133,104 +117,6 @@ def learn_tokenizer(cfg: RunConfig) -> tuple[Tokenizer, int, dict]:
 # ---- binarizing ---------------------------------------------------------------------------------------
 
 
-def id_dtype(largest: int) -> torch.dtype:
-    """The smallest of uint16 and int32 that holds values up to `largest`."""
-    return torch.uint16 if largest < 2**16 else torch.int32
-
-
-_TYPECODE = {torch.uint16: "H", torch.int32: "i"}
-_SIDES = ("src.ids", "tgt.ids", "src.len", "tgt.len")
-_FILES = _SIDES + ("removed.tsv",)  # removed.tsv: line number and rule of each pair left out
-
-
-def binarize(
-    sources: tuple[TextSource, TextSource],
-    tokenizer: Tokenizer,
-    cleaner: Cleaner,
-    folder: Path,
-    total: int | None = None,
-    dropout: tuple[float, int] | None = None,
-) -> dict:
-    """Encode the pairs `cleaner` keeps into folder/{src,tgt}.{ids,len} and list the others in
-    folder/removed.tsv; returns the counts for meta.json. Holds one chunk of pairs at a time.
-    `dropout`: (BPE-dropout probability, seed): each chunk's side sampled with a seed of its own; the
-    rules measure lengths in the plain pieces all the same, so every view keeps the same pairs."""
-    ids_type, len_type = id_dtype(tokenizer.vocab_size - 1), id_dtype(cleaner.max_len)
-    files = [open(folder / name, "wb") for name in _SIDES]
-    removed = open(folder / "removed.tsv", "w", encoding="utf-8")
-    kept = read = 0
-    try:
-        pairs = _paired(sources)
-        with tqdm(total=total, unit=" pairs", desc="binarize", mininterval=2, disable=None) as bar:
-            while chunk := [pair for _, pair in zip(range(CHUNK), pairs)]:
-                arrays = [array.array(_TYPECODE[t]) for t in (ids_type, ids_type, len_type, len_type)]
-                src, tgt, lengths = _encode(chunk, tokenizer, read // CHUNK, dropout)
-                verdicts = cleaner.verdicts(chunk, lengths)
-                kept += _append(arrays, src, tgt, verdicts)
-                removed.writelines(f"{read + i + 1}\t{rule}\n" for i, rule in enumerate(verdicts) if rule)
-                for f, values in zip(files, arrays):
-                    values.tofile(f)
-                read += len(chunk)
-                bar.update(len(chunk))
-        for f in [*files, removed]:
-            f.flush()
-            os.fsync(f.fileno())
-    finally:
-        for f in [*files, removed]:
-            f.close()
-    counts = cleaner.counts
-    if not kept:
-        raise DataError(
-            f"no training pairs left of {read} (removed: {_removed_text(counts)}); "
-            f"raise data.max_len, or relax data.clean"
-        )
-    _log_kept(kept, read, counts)
-    return {
-        "pairs": kept,
-        "dropped": read - kept,
-        "removed": counts,
-        "ids_dtype": str(ids_type),
-        "len_dtype": str(len_type),
-    }
-
-
-def _encode(
-    chunk: list[tuple[str, str]], tokenizer: Tokenizer, number: int, dropout: tuple[float, int] | None
-) -> tuple[list[list[int]], list[list[int]], list[tuple[int, int]]]:
-    """Chunk `number`'s sides as ids (with BPE-dropout, each side sampled with a seed of its own) and
-    each pair's lengths in plain pieces (what data.max_len and data.clean measure)."""
-    sides = [[pair[side] for pair in chunk] for side in (0, 1)]
-    p, seed = dropout or (0.0, 0)
-    ids = [
-        tokenizer.encode_sampled(lines, p, seed * 1_000_003 + 2 * number + side)
-        if p
-        else tokenizer.encode(lines)
-        for side, lines in enumerate(sides)
-    ]
-    plain = [tokenizer.encode(lines) for lines in sides] if p else ids
-    return ids[0], ids[1], [(len(s), len(t)) for s, t in zip(*plain)]
-
-
-def _log_kept(kept: int, read: int, removed: dict[str, int]) -> None:
-    log.info("kept %d of %d training pairs; removed %s", kept, read, _removed_text(removed))
-
-
-def _removed_text(counts: dict[str, int]) -> str:
-    return ", ".join(f"{n} {rule.replace('_', ' ')}" for rule, n in counts.items())
-
-
-def _append(
-    arrays: list[array.array], src: list[list[int]], tgt: list[list[int]], verdicts: list[str]
-) -> int:
-    """Add the pairs whose verdict is "" to (src ids, tgt ids, src len, tgt len); returns how many."""
-    kept = 0
-    for s, t, rule in zip(src, tgt, verdicts):
-        if not rule:
-            arrays[0].extend(s), arrays[1].extend(t), arrays[2].append(len(s)), arrays[3].append(len(t))
-            kept += 1
-    return kept
-
-
 def _problem(folder: Path, identity: list) -> str:
     """Why `folder` cannot be used ("" = it can): missing, stale (other corpus files) or damaged."""
     try:
@@ -240,15 +126,13 @@ def _problem(folder: Path, identity: list) -> str:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("identity") != identity:
         return "the corpus files changed since it was built"
     try:
-        for name in _FILES:
-            path, expected = folder / name, meta["files"][name]
-            if (
-                not path.is_file()
-                or path.stat().st_size != expected["bytes"]
-                or file_sha256(path) != expected["sha256"]
-            ):
+        for name in FILES:
+            if _damaged(folder / name, meta["files"][name]):
                 return f"{name} is damaged (size or sha256 differ from meta.json)"
-        if {meta["ids_dtype"], meta["len_dtype"]} - {str(t) for t in _TYPECODE}:
+        if {meta["ids_dtype"], meta["len_dtype"]} - {str(t) for t in TYPECODE} or meta["order_dtype"] not in (
+            "torch.int32",
+            "torch.int64",
+        ):
             return "meta.json names an unknown id type"
         counts = [meta["pairs"], meta["dropped"], *meta["removed"].values()]
         if not all(type(n) is int and n >= 0 for n in counts):
@@ -256,6 +140,18 @@ def _problem(folder: Path, identity: list) -> str:
     except (KeyError, TypeError, AttributeError):
         return "meta.json is damaged"
     return ""
+
+
+def _damaged(path: Path, expected: dict) -> bool:
+    """Whether `path` is not the file meta.json describes: its size differs, or it was written since
+    (another modification time) and its sha256 differs. An untouched file is not read again: at 45M
+    pairs that is 7 GB, seconds of every start."""
+    if not path.is_file():
+        return True
+    stat = path.stat()
+    if stat.st_size != expected["bytes"]:
+        return True
+    return stat.st_mtime_ns != expected.get("mtime_ns") and file_sha256(path) != expected["sha256"]
 
 
 def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None, view: int = 0) -> Path:
@@ -277,19 +173,28 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None, vie
     if not problem:
         meta = json.loads((folder / "meta.json").read_text())
         log.info("binarized corpus %s", folder)
-        _log_kept(meta["pairs"], meta["pairs"] + meta["dropped"], meta["removed"])
+        log_kept(meta["pairs"], meta["pairs"] + meta["dropped"], meta["removed"])
         return folder
     log.info("binarizing the training pairs into %s (%s)", folder, problem)
+    dropout = (cfg.bpe_dropout, view) if view else None
+    _build(
+        folder,
+        identity,
+        lambda building: binarize(sources, tokenizer, cfg, building, total, dropout),
+    )
+    return folder
+
+
+def _build(folder: Path, identity: list, binarized) -> None:
+    """Make `folder` in a temporary folder renamed into place when complete: `binarized(building)`
+    writes the pairs (returning meta.json's counts), then their LengthIndex and meta.json."""
     building = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
     try:
         building.mkdir(parents=True)
-        dropout = (cfg.bpe_dropout, view) if view else None
-        counts = binarize(sources, tokenizer, Cleaner(cfg), building, total, dropout)
-        files = {
-            name: {"bytes": (building / name).stat().st_size, "sha256": file_sha256(building / name)}
-            for name in _FILES
-        }
+        counts = binarized(building)
+        counts["order_dtype"] = _write_length_index(building, counts)
+        files = {name: _described(building / name) for name in FILES}
         write_text(
             building / "meta.json",
             json.dumps({"format": FORMAT, "identity": identity, **counts, "files": files}, indent=1),
@@ -303,7 +208,25 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None, vie
         raise write_failure(building, e) from None
     finally:
         shutil.rmtree(building, ignore_errors=True)
-    return folder
+
+
+def _described(path: Path) -> dict:
+    stat = path.stat()
+    return {"bytes": stat.st_size, "sha256": file_sha256(path), "mtime_ns": stat.st_mtime_ns}
+
+
+def _write_length_index(folder: Path, counts: dict) -> str:
+    """The binarized pairs' LengthIndex into folder/length.{order,groups}, the order written straight
+    into its memory-mapped file; returns the order's dtype."""
+    pairs = Pairs.of(*(_mapped(folder, name, counts, dtype) for name, dtype in _SIDE_DTYPES))
+    dtype = torch.int32 if counts["pairs"] < 2**31 else torch.int64
+    with open(folder / "length.order", "wb") as f:
+        f.truncate(counts["pairs"] * dtype.itemsize)
+    order = torch.from_file(str(folder / "length.order"), shared=True, size=counts["pairs"], dtype=dtype)
+    index = length_index(pairs.src_len, pairs.tgt_len, order)
+    groups = torch.cat([index.lengths, index.starts.diff()[:, None]], 1)  # (G, 3)
+    groups.numpy().tofile(folder / "length.groups")
+    return str(dtype)
 
 
 def cleaning_report(folder: Path, removed_copy: Path) -> dict:
@@ -328,18 +251,30 @@ def training_pairs(cfg: DataConfig, folder: Path) -> Pairs:
     return pairs.both_directions() if cfg.both_directions else pairs
 
 
+_SIDE_DTYPES = (
+    ("src.ids", "ids_dtype"),
+    ("tgt.ids", "ids_dtype"),
+    ("src.len", "len_dtype"),
+    ("tgt.len", "len_dtype"),
+)
+
+
+def _mapped(folder: Path, name: str, meta: dict, dtype_key: str) -> Tensor:
+    """folder/name memory-mapped as meta[dtype_key] (pages shared with every process mapping it)."""
+    dtype = getattr(torch, meta[dtype_key].removeprefix("torch."))
+    size = (folder / name).stat().st_size // dtype.itemsize
+    return torch.from_file(str(folder / name), shared=False, size=size, dtype=dtype)
+
+
 def load(folder: Path) -> Pairs:
-    """Memory-map the pairs of a folder that `prepare` made (checked there)."""
+    """Memory-map the pairs of a folder that `prepare` made (checked there), with their LengthIndex."""
     meta = json.loads((folder / "meta.json").read_text())
-    dtypes = {str(t): t for t in _TYPECODE}
-
-    def mapped(name: str, dtype: str) -> Tensor:
-        size = meta["files"][name]["bytes"] // dtypes[dtype].itemsize
-        return torch.from_file(str(folder / name), shared=False, size=size, dtype=dtypes[dtype])
-
-    return Pairs.of(
-        mapped("src.ids", meta["ids_dtype"]),
-        mapped("tgt.ids", meta["ids_dtype"]),
-        mapped("src.len", meta["len_dtype"]),
-        mapped("tgt.len", meta["len_dtype"]),
+    groups = torch.from_file(
+        str(folder / "length.groups"), size=meta["files"]["length.groups"]["bytes"] // 8, dtype=torch.int64
+    ).view(-1, 3)
+    index = LengthIndex(
+        _mapped(folder, "length.order", meta, "order_dtype"),
+        groups[:, :2].clone(),
+        torch.cat([torch.zeros(1, dtype=torch.long), groups[:, 2].cumsum(0)]),
     )
+    return Pairs.of(*(_mapped(folder, name, meta, dtype) for name, dtype in _SIDE_DTYPES), by_length=index)

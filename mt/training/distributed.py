@@ -18,7 +18,7 @@ import signal
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -29,6 +29,8 @@ from mt.plumbing.errors import ConfigError
 log = logging.getLogger(__name__)
 
 TIMEOUT = timedelta(minutes=10)  # longest a rank waits for the others (rank 0 validates meanwhile)
+PREPARING = timedelta(days=1)  # longest a rank waits for rank 0's BPE and binarizing (as long as the corpus)
+_waiting: list = []  # the process group with PREPARING's timeout, made beside the default one
 
 
 class RankFailure(RuntimeError):
@@ -138,6 +140,7 @@ def start(ranks: Ranks, device: str, backend: str) -> torch.device:
             torch.cuda.set_device(target)
         chosen = backend if backend != "auto" else ("nccl" if use_cuda else "gloo")
         dist.init_process_group(chosen, timeout=TIMEOUT, device_id=target if chosen == "nccl" else None)
+        _waiting[:] = [dist.new_group(backend="gloo", timeout=PREPARING)]
     return target
 
 
@@ -198,6 +201,29 @@ def from_main(obj: Any, ranks: Ranks) -> Any:
     box = [obj]
     _collective(dist.broadcast_object_list, box, src=0)
     return box[0]
+
+
+def made_by_main(make: Callable[[], Any], ranks: Ranks, what: str) -> Any:
+    """make() run on rank 0 alone, its result on every rank: the others wait up to PREPARING (learning
+    the BPE and binarizing take as long as the corpus is big) and say so; if rank 0 fails, they say
+    that and stop, as it does."""
+    if not ranks.enabled:
+        return make()
+    box: list = [None]
+    if ranks.main:
+        try:
+            box = [("made", make())]
+        except BaseException as e:
+            box = [("failed", str(e) or type(e).__name__)]
+            _collective(dist.broadcast_object_list, box, src=0, group=_waiting[0])
+            raise
+    else:
+        log.warning("rank %d waits while rank 0 %s", ranks.rank, what)
+    _collective(dist.broadcast_object_list, box, src=0, group=_waiting[0])
+    outcome, value = box[0]
+    if outcome == "failed":
+        raise RankFailure(f"rank 0 failed while it {what}: {value}")
+    return value
 
 
 def gather(obj: Any, ranks: Ranks) -> list[Any]:
