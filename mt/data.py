@@ -45,8 +45,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def normalize(line: str) -> str:
-    """Control characters become spaces; every whitespace run (tabs, U+00A0, ...) becomes one space."""
-    return " ".join(_CONTROL.sub(" ", line).split())
+    """Control characters become spaces; every whitespace run (tabs, U+00A0, ...) becomes one space.
+    A printable line holds no control character: the search for them is skipped."""
+    return " ".join((line if line.isprintable() else _CONTROL.sub(" ", line)).split())
 
 
 def text_lines(text: str) -> list[str]:

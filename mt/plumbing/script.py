@@ -37,8 +37,9 @@ _RICH = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-
 
 def words(text: str) -> list[str]:
     """`text`'s words: whitespace-separated, and each character of a script without spaces a word of its
-    own ("我有3只dog。" -> 我, 有, 3, 只, dog, 。). For text without such characters: `text.split()`."""
-    return _WORD.findall(text)
+    own ("我有3只dog。" -> 我, 有, 3, 只, dog, 。). For text without such characters: `text.split()`,
+    taken as such (twice as fast: data.clean's language rule reads every word of a corpus)."""
+    return _WORD.findall(text) if _UNSPACED_CHAR.search(text) else text.split()
 
 
 def unspaced(char: str) -> bool:

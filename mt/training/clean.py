@@ -49,12 +49,11 @@ class Languages:
 
     def __init__(self, val_source: list[str], val_target: list[str]):
         src, tgt = ({w for line in side for w in _words(line)} for side in (val_source, val_target))
-        self.only = (src - tgt, tgt - src)
+        self.side_of = dict.fromkeys(src - tgt, 0) | dict.fromkeys(tgt - src, 1)  # one side's words only
 
     def wrong(self, line: str, side: int) -> bool:
-        found = _words(line)
-        own, other = (sum(w in only for w in found) for only in (self.only[side], self.only[1 - side]))
-        return other > own
+        found = [self.side_of.get(w.strip(_PUNCTUATION)) for w in words(line.lower())]  # as `_words`
+        return found.count(1 - side) > found.count(side)
 
 
 def pair_keys(pairs: list[tuple[str, str]]) -> list[int]:

@@ -30,9 +30,11 @@ from mt.batching import LengthIndex, Pairs, length_index
 from mt.config import DataConfig, RunConfig
 from mt.data import (
     count_lines,
+    decoded_line,
     downloads_dir,
     empty_file,
     misaligned,
+    raw_lines,
     source_identity,
     source_lines,
     training_sources,
@@ -61,7 +63,8 @@ def cache_root() -> Path:
 def tokenizer_sample(cfg: DataConfig, limit: int, seed: int, path: Path) -> tuple[int, int]:
     """Write at most `limit` training lines (source side, then target side) to `path`, one per line:
     all of them when there are no more, else a seeded uniform sample in corpus order. Streams the
-    files twice (count, then pick); returns (lines written, lines in the corpus)."""
+    files twice (count, then pick; only picked lines are decoded); returns (lines written, lines in
+    the corpus)."""
     sources = training_sources(cfg)
     counts = [count_lines(s) for s in sources]
     for source, n in zip(sources, counts):
@@ -72,18 +75,16 @@ def tokenizer_sample(cfg: DataConfig, limit: int, seed: int, path: Path) -> tupl
             all(True for _ in source_lines(source))
         raise misaligned(sources[0], counts[0], sources[1], counts[1])
     total = sum(counts)
-    picked = None
-    if total > limit:  # positions of the sample, sorted, walked alongside the lines
-        order = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:limit]
-        picked = iter(order.sort().values.tolist())
+    picked = iter(_sample_positions(total, limit, seed).tolist()) if total > limit else None
     wanted = next(picked) if picked else 0
     written, index = 0, 0
     try:
         with open(path, "w", encoding="utf-8") as f:
             for source in sources:
                 text = False
-                for line in source_lines(source):
+                for number, raw in enumerate(raw_lines(source), 1):  # only a picked line is decoded
                     if picked is None or index == wanted:
+                        line = decoded_line(raw, source, number)
                         f.write(line + "\n")
                         written, text = written + 1, text or bool(line)
                         wanted = next(picked, -1) if picked else 0
@@ -93,6 +94,16 @@ def tokenizer_sample(cfg: DataConfig, limit: int, seed: int, path: Path) -> tupl
     except OSError as e:  # reading errors are DataErrors (mt.data): this is the sample's write
         raise write_failure(path, e) from None
     return written, total
+
+
+def _sample_positions(total: int, limit: int, seed: int) -> Tensor:
+    """`limit` distinct positions of range(total), sorted: a seeded uniform sample, drawn without a
+    permutation of all `total` (90M lines would take 720 MB)."""
+    draws = torch.Generator().manual_seed(seed)
+    chosen = torch.zeros(0, dtype=torch.long)
+    while len(chosen) < limit:  # each round draws what is missing; repeats are dropped
+        chosen = torch.cat([chosen, torch.randint(total, (limit - len(chosen),), generator=draws)]).unique()
+    return chosen
 
 
 def learn_tokenizer(cfg: RunConfig) -> tuple[Tokenizer, int, dict]:
