@@ -260,8 +260,10 @@ class LengthIndex:
         return torch.cat(parts).long()
 
     def segments(self, cuts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The positions cut by both the batches and the groups: (size, batch, group) of each piece (N,)."""
-        bounds = torch.unique(torch.cat([cuts, self.starts]))  # (N + 1,) sorted
+        """Positions cuts[0]: cuts[-1] cut by both the batches that `cuts` bound and the groups: (size,
+        batch (0 = the first of `cuts`), group) of each piece (N,)."""
+        inside = self.starts[(self.starts > cuts[0]) & (self.starts < cuts[-1])]
+        bounds = torch.unique(torch.cat([cuts, inside]))  # (N + 1,) sorted
         batch = torch.searchsorted(cuts, bounds[:-1], right=True) - 1
         group = torch.searchsorted(self.starts, bounds[:-1], right=True) - 1
         return bounds.diff(), batch, group

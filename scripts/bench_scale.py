@@ -81,13 +81,15 @@ def words_median(path: Path, lines: int = 100_000) -> int:
 
 
 def process_tree(pid: int) -> dict[int, tuple[int, int]]:
-    """(RSS, RssAnon) in bytes of `pid` and its descendants, from /proc."""
+    """(RSS, RssAnon) in bytes of `pid` and its descendants (started by any of their threads), from /proc."""
     found, todo = {}, [pid]
     while todo:
         p = todo.pop()
         try:
             status = Path(f"/proc/{p}/status").read_text()
-            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+            children = [
+                c for t in Path(f"/proc/{p}/task").iterdir() for c in (t / "children").read_text().split()
+            ]
         except OSError:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import mt.batching
+import mt.training.epochs
 from mt.batching import (
     Pairs,
     batch_sizes,
@@ -221,3 +222,19 @@ def test_uint16_pairs_batch_as_int32_pairs_do_ids_above_32767_included():
     part = narrow.subset(rows)
     assert part.src.dtype == torch.uint16 and part.src_len.dtype == torch.uint16
     assert torch.equal(part.batch(torch.arange(2)).tgt_out, wide.batch(rows).tgt_out)
+
+
+def test_fill_ratio_and_taken_read_an_epochs_batches_a_few_at_a_time(toy, tokenizer, monkeypatch):
+    src, tgt = tokenizer.encode(toy["train"][0][:300]), tokenizer.encode(toy["train"][1][:300])
+    plan = epoch_plan(Pairs.from_ids(src, tgt), 600, seed=3, epoch=1)
+    half = len(plan) // 2
+    rows = torch.cat([plan.rows(j) for j in range(half)]).tolist()
+    index = plan.index
+    group_of = {tuple(lengths): g for g, lengths in enumerate(index.lengths.tolist())}
+    counted = torch.bincount(
+        torch.tensor([group_of[len(src[i]), len(tgt[i])] for i in rows]), minlength=len(index.lengths)
+    )
+    whole = fill_ratio(plan)
+    assert torch.equal(plan.taken(half), counted)
+    monkeypatch.setattr(mt.training.epochs, "AT_ONCE", 3)
+    assert torch.equal(plan.taken(half), counted) and fill_ratio(plan) == pytest.approx(whole, rel=1e-12)

@@ -13,6 +13,7 @@ import hashlib
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from mt.config import DataConfig
 from mt.data import TextSource, source_identity, source_lines, split_sources
@@ -86,9 +87,19 @@ class SeenPairs:
             if new[-1]:
                 self.recent.add(key)
         if len(self.recent) >= self.MERGE:
-            merged = torch.cat([self.old, torch.tensor(list(self.recent), dtype=torch.int64)])
-            self.old, self.recent = merged.sort().values, set()
+            self.old, self.recent = _inserted(self.old, torch.tensor(sorted(self.recent))), set()
         return new
+
+
+def _inserted(old: Tensor, new: Tensor) -> Tensor:
+    """Sorted `old` with sorted `new` (none of them in it) merged in, each key placed where it goes:
+    sorting both again would hold two more copies of `old` (at 40M keys 2.5 s and 600 MB a merge)."""
+    at = torch.searchsorted(old, new) + torch.arange(len(new))  # (R,) the new keys' places
+    merged = torch.empty(len(old) + len(new), dtype=old.dtype)
+    merged[at] = new
+    keeps_old = torch.ones(len(merged), dtype=torch.bool)
+    keeps_old[at] = False
+    return merged.masked_scatter_(keeps_old, old)
 
 
 class Cleaner:

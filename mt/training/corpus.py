@@ -125,7 +125,7 @@ def learn_tokenizer(cfg: RunConfig) -> tuple[Tokenizer, int, dict]:
     return tokenizer, total // 2, settings
 
 
-# ---- binarizing ---------------------------------------------------------------------------------------
+# ---- the cache ---------------------------------------------------------------------------------------
 
 
 def _problem(folder: Path, identity: list) -> str:

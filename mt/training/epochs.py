@@ -29,7 +29,7 @@ class EpochPlan:
 
     index: LengthIndex
     cuts: Tensor  # (batches + 1,) int64, the same every epoch
-    shuffled: Tensor  # (batches,) int64: the batches in training order
+    shuffled: Tensor  # (batches,) int32: the batches in training order
     seed: int
 
     def __len__(self) -> int:
@@ -41,12 +41,22 @@ class EpochPlan:
 
     def taken(self, n: int) -> Tensor:
         """(G,) how many pairs of each group the first n batches hold."""
-        sizes, batch, group = self.index.segments(self.cuts)
         took = torch.zeros(len(self.shuffled), dtype=torch.bool)
         took[self.shuffled[:n]] = True
-        return torch.zeros(len(self.index.lengths), dtype=torch.long).index_add_(
-            0, group, sizes * took[batch]
-        )
+        counts = torch.zeros(len(self.index.lengths), dtype=torch.long)
+        for first, cuts in _batch_chunks(self.cuts):
+            sizes, batch, group = self.index.segments(cuts)
+            counts.index_add_(0, group, sizes * took[first + batch])
+        return counts
+
+
+AT_ONCE = 1 << 16  # batches looked at together where an epoch's every batch is: memory flat in the corpus
+
+
+def _batch_chunks(cuts: Tensor) -> Iterator[tuple[int, Tensor]]:
+    """(first batch, the cuts of AT_ONCE batches from it) over all the batches `cuts` bound."""
+    for first in range(0, len(cuts) - 1, AT_ONCE):
+        yield first, cuts[first : first + AT_ONCE + 1]
 
 
 def epoch_plan(corpus: Pairs, max_tokens: int, seed: int, epoch: int) -> EpochPlan:
@@ -54,7 +64,7 @@ def epoch_plan(corpus: Pairs, max_tokens: int, seed: int, epoch: int) -> EpochPl
     index = corpus.length_index()
     cuts = index.cuts(max_tokens)
     draw = seed * 100_003 + epoch
-    shuffled = torch.randperm(len(cuts) - 1, generator=torch.Generator().manual_seed(draw))
+    shuffled = torch.randperm(len(cuts) - 1, generator=torch.Generator().manual_seed(draw), dtype=torch.int32)
     return EpochPlan(index, cuts, shuffled, draw)
 
 
@@ -64,10 +74,13 @@ def fill_ratio(plan: EpochPlan) -> float:
     index = plan.index
     cost = index.lengths + 1  # (G, 2) with eos / bos
     real = float((cost.sum(1) * index.starts.diff()).sum())
-    sizes, batch, group = index.segments(plan.cuts)
-    longest = torch.zeros(len(plan.cuts) - 1, 2, dtype=torch.long)  # (batches, 2)
-    longest.scatter_reduce_(0, batch[:, None].expand(-1, 2), cost[group], "amax")
-    return real / float((longest.sum(1) * plan.cuts.diff()).sum())
+    padded = 0.0
+    for _, cuts in _batch_chunks(plan.cuts):
+        sizes, batch, group = index.segments(cuts)
+        longest = torch.zeros(len(cuts) - 1, 2, dtype=torch.long)  # (batches, 2)
+        longest.scatter_reduce_(0, batch[:, None].expand(-1, 2), cost[group], "amax")
+        padded += float((longest.sum(1) * cuts.diff()).sum())
+    return real / padded
 
 
 class BatchStream:
