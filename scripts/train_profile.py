@@ -5,10 +5,12 @@ time goes to the family of its outermost op that names one: a forward aten op (`
 matmul, `aten::layer_norm` a norm), a backward node (`AddmmBackward0`, `NativeLayerNormBackward0`), the
 optimizer's own record (`Optimizer.step#Adam.step`), or a label this file puts around mt's dropout, its
 loss and the gradient clip for the profile only. Allocation (`aten::empty*`) is counted apart wherever
-it happens. What the profiler does not see, the Python and dispatch between ops, is the updates' wall
-time less the time of every top-level op: `python`. Under torch.compile the fused kernels record no
-op of their own: their time is the compiled region's own, `compiled`, while the matmuls inside it
-(extern calls) are still `matmul`.
+it happens, and so are casts: a change of dtype (`aten::_to_copy`, autocast's casts of inputs and
+weights, and their backward `ToCopyBackward0`) is `casts` inside whatever op asked for it. What the
+profiler does not see, the Python and dispatch between ops, is the updates' wall time less the time of
+every top-level op: `python`. Under torch.compile the fused kernels record no op of their own: their
+time is the compiled region's own, `compiled`, while the matmuls inside it (extern calls) are still
+`matmul`.
 
 The backward of dropout's multiply is an ordinary `MulBackward0`, counted under `elementwise` with the
 residual adds, ReLU and the views.
@@ -38,6 +40,7 @@ FAMILIES = [
     "grad clip",
     "elementwise",
     "compiled",
+    "casts",
     "allocation",
     "python",
 ]
@@ -52,6 +55,7 @@ RULES = [  # (pattern on an op, record or backward node name, family): the first
 COMPILED = re.compile(r"^(Torch-Compiled Region|CompiledFunction|## Call CompiledFxGraph)")
 LABELS = {"mt.loss": "loss", "mt.dropout": "dropout", "mt.grad_clip": "grad clip"}
 ALLOCATION = re.compile(r"^aten::(empty|empty_like|empty_strided|resize_)$")
+CASTS = re.compile(r"^aten::(_to_copy|to)$|^ToCopyBackward")
 BACKWARD = "autograd::engine::evaluate_function: "
 
 
@@ -64,6 +68,15 @@ def family_of(name: str) -> str | None:
         if re.search(pattern, name):
             return family
     return None
+
+
+def in_cast(event) -> bool:
+    """Whether `event` is, or runs inside, a change of dtype (autocast's casts and their backward)."""
+    while event is not None:
+        if CASTS.match(event.name.removeprefix(BACKWARD)):
+            return True
+        event = event.cpu_parent
+    return False
 
 
 def outermost_family(event) -> str:
@@ -117,7 +130,10 @@ def op_families(step: Callable, batches: list) -> dict[str, float]:
     spent = dict.fromkeys(FAMILIES, 0.0)
     events = prof.events()
     for event in events:
-        family = "allocation" if ALLOCATION.match(event.name) else outermost_family(event)
+        if ALLOCATION.match(event.name):
+            family = "allocation"
+        else:
+            family = "casts" if in_cast(event) else outermost_family(event)
         spent[family] += event.self_cpu_time_total
     top_level = sum(e.cpu_time_total for e in events if e.cpu_parent is None)
     spent["python"] = max(0.0, wall_us - top_level)

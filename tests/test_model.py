@@ -314,7 +314,8 @@ def test_under_autocast_each_input_is_cast_once():
     """bf16 autocast's casts in a training forward: per Linear its weight and bias, plus the input of
     each projection that reads the fp32 residual stream (self-attention's one q/k/v projection,
     cross-attention's query, the feed-forward's first layer, the output projection), and the encoder's
-    output once for every decoder layer's keys and values; the loss reads the bf16 logits in fp32 a
+    output once for every decoder layer's keys and values; each attention casts its q, k and v up to
+    fp32 (`attend`) and its out_proj reads the fp32 result; the loss reads the bf16 logits in fp32 a
     chunk of rows at a time (here one chunk)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -332,6 +333,8 @@ def test_under_autocast_each_input_is_cast_once():
     batch = make_batch([[5, 6, 7], [8, 9]], [[10, 11], [12, 13, 14]])
     with torch.autocast("cpu", dtype=torch.bfloat16), CountCasts():
         batch_loss(model, batch, 0.1)
-    encoder, decoder = 3 + 2 + 3 + 2, (3 + 2) + (3 + 2 + 2) + (3 + 2)  # per layer: (w, b, input) or (w, b)
+    attention = 3 + 1  # q, k, v up; the out_proj's fp32 input down
+    # per layer: (w, b, input) or (w, b) a Linear, and its attentions
+    encoder, decoder = 3 + 2 + 3 + 2 + attention, (3 + 2) + (3 + 2 + 2) + (3 + 2) + 2 * attention
     # + the memory, the output projection's weight and input, the loss's chunk
     assert CountCasts.casts == 3 * encoder + 2 * decoder + 1 + 2 + 1
