@@ -137,6 +137,7 @@ def setup(
     )
     train_pairs, folders = training_corpus(cfg, tokenizer, pairs, ranks)
     model, optimizer, scaler, progress = learner(cfg, tokenizer, device, resumed, parent, ranks, train_pairs)
+    progress.precision = precision_so_far(progress, distributed.ran_precision(device, cfg.train.precision))
     val = make_validation(*val_lines, tokenizer, model, cfg.train.max_tokens) if ranks.main else None
     metrics = cleaning = None
     if ranks.main:  # the first write: the lock, then the run's files
@@ -166,6 +167,26 @@ def setup(
     )
     log_start(s, resumed is not None, parent)
     return s
+
+
+def precision_so_far(p: Progress, ran: str) -> str:
+    """What the run's updates run in, `ran` from here on: a resume whose device decides train.precision:
+    auto otherwise (bf16 on a CPU with it natively, fp32 on one without) goes on in `ran`, and says so."""
+    before = p.precision.rsplit("then ", 1)[-1]  # "fp32 to step 1500, then bf16" -> "bf16"
+    if p.step == 0 or not p.precision:
+        return ran
+    if before == ran:
+        return p.precision
+    log.warning(
+        "the updates so far ran in %s; this device runs train.precision %s: updates from step %d run in %s, "
+        "so this run is the model of neither precision (--set train.precision=%s keeps one)",
+        before,
+        ran,
+        p.step + 1,
+        ran,
+        before,
+    )
+    return f"{p.precision} to step {p.step}, then {ran}"
 
 
 def first_writes(
@@ -300,7 +321,7 @@ def finish(s: Session, stop: str, interrupted: str) -> dict:
             s.run_dir,
             config=config_section(s.cfg),
             parameters=count_parameters(s.model),
-            precision=distributed.ran_precision(s.device, s.cfg.train.precision),
+            precision=s.progress.precision,
             code=code_version(),
             hardware=hardware(s.device, s.ranks.world),
             training=training_record(s.cfg.train, p, interrupted or stop, *compute(s)),

@@ -402,6 +402,31 @@ def test_precision_auto_is_saved_as_asked_and_carded_as_it_ran(tiny_config, tmp_
     assert "  precision: auto\n" in (run / "config.yaml").read_text()
 
 
+def test_a_resume_on_a_cpu_without_bf16_decides_auto_again_and_says_so(
+    tiny_config, tmp_path, monkeypatch, caplog
+):
+    """train.precision: auto trained in bf16, resumed where the CPU lacks it: fp32 from there on, one
+    warning that names both and the step, and the card names both parts; resuming again on the same CPU
+    adds nothing."""
+    native = {"bf16": True}
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native["bf16"], raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    run = tmp_path / "run"
+    train(tiny_config("train.max_steps=2", "train.precision=auto"), run)
+    native["bf16"] = False
+    train(tiny_config("train.max_steps=3", "train.precision=auto"), run)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        "the updates so far ran in bf16; this device runs train.precision fp32: updates from step 3 run in "
+        "fp32, so this run is the model of neither precision (--set train.precision=bf16 keeps one)"
+    ]
+    assert json.loads((run / "card.json").read_text())["precision"] == "bf16 to step 2, then fp32"
+    caplog.clear()
+    train(tiny_config("train.max_steps=4", "train.precision=auto"), run)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    assert json.loads((run / "card.json").read_text())["precision"] == "bf16 to step 2, then fp32"
+
+
 def test_both_directions_trains_on_the_reversed_pairs_too(tiny_config, tmp_path):
     """With data.both_directions an epoch holds twice the pairs, and a target-only output layer scores
     the source side's pieces too (they are targets now)."""

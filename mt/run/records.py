@@ -321,6 +321,9 @@ class Progress:
     tokens: int = 0  # source + target non-pad tokens trained on
     train_seconds: float = 0.0  # inside optimizer updates only (for tokens/s)
     elapsed_s: float = 0.0  # wall clock of the loop, validation included, summed over restarts
+    # what the updates ran in: train.precision as the device ran it ("bf16"), or each part's after a resume
+    # that decided auto otherwise ("fp32 to step 1500, then bf16"); "" in checkpoints before issue 83
+    precision: str = ""
 
     def record(self, result: dict, metric: str) -> bool:
         """Whether a validation `result` is the best so far by `metric` (a headline metric's key or
@@ -336,8 +339,11 @@ class Progress:
 
 def current_progress(saved: dict) -> dict:
     """A checkpoint's progress as mt writes it now: before `best`, it held best_bleu, best_chrf and
-    best_loss (-1 and inf before the first validation)."""
-    if not isinstance(saved, dict) or "best_bleu" not in saved or "best" in saved:
+    best_loss (-1 and inf before the first validation); before `precision`, nothing said what ran."""
+    if not isinstance(saved, dict):
+        return saved
+    saved = {"precision": "", **saved}
+    if "best_bleu" not in saved or "best" in saved:
         return saved
     old = {key: saved.get(f"best_{key}") for key in ("bleu", "chrf", "loss")}
     best = old if saved.get("validated_step", -1) >= 0 else {}
