@@ -137,7 +137,6 @@ def setup(
     )
     train_pairs, folders = training_corpus(cfg, tokenizer, pairs, ranks)
     model, optimizer, scaler, progress = learner(cfg, tokenizer, device, resumed, parent, ranks, train_pairs)
-    progress.precision = precision_so_far(progress, distributed.ran_precision(device, cfg.train.precision))
     val = make_validation(*val_lines, tokenizer, model, cfg.train.max_tokens) if ranks.main else None
     metrics = cleaning = None
     if ranks.main:  # the first write: the lock, then the run's files
@@ -167,26 +166,6 @@ def setup(
     )
     log_start(s, resumed is not None, parent)
     return s
-
-
-def precision_so_far(p: Progress, ran: str) -> str:
-    """What the run's updates run in, `ran` from here on: a resume whose device decides train.precision:
-    auto otherwise (bf16 on a CPU with it natively, fp32 on one without) goes on in `ran`, and says so."""
-    before = p.precision.rsplit("then ", 1)[-1]  # "fp32 to step 1500, then bf16" -> "bf16"
-    if p.step == 0 or not p.precision:
-        return ran
-    if before == ran:
-        return p.precision
-    log.warning(
-        "the updates so far ran in %s; this device runs train.precision %s: updates from step %d run in %s, "
-        "so this run is the model of neither precision (--set train.precision=%s keeps one)",
-        before,
-        ran,
-        p.step + 1,
-        ran,
-        before,
-    )
-    return f"{p.precision} to step {p.step}, then {ran}"
 
 
 def first_writes(
@@ -267,16 +246,14 @@ def learner(
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(trainable, lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.train.precision == "fp16")
+    ran = distributed.ran_precision(device, cfg.train.precision)
     if resumed:
-        return (
-            model,
-            optimizer,
-            scaler,
-            restore(resumed.ckpt, model, optimizer, scaler, ranks.rank, device),
-        )
+        progress = restore(resumed.ckpt, model, optimizer, scaler, ranks.rank, device)
+        progress.precision = distributed.precision_so_far(progress.precision, progress.step, ran)
+        return model, optimizer, scaler, progress
     if ranks.enabled:
         torch.manual_seed(cfg.train.seed + 1000 * ranks.rank)  # different dropout masks per rank
-    return model, optimizer, scaler, Progress()
+    return model, optimizer, scaler, Progress(precision=ran)
 
 
 def save(s: Session, name: str) -> None:

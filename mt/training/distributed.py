@@ -88,6 +88,25 @@ def ran_precision(device: torch.device, precision: str) -> str:
     return "bf16" if "bf16" in native_precisions(device) else "fp32"
 
 
+def precision_so_far(before: str, step: int, ran: str) -> str:
+    """What a resumed run's updates run in (Progress.precision), `ran` from here on: a resume whose device
+    decides train.precision: auto otherwise (bf16 on a CPU with it natively, fp32 on one without) goes on
+    in `ran`, and says so. `before` is what its `step` updates ran in ("" in checkpoints before issue 83)."""
+    last = before.rsplit("then ", 1)[-1]  # "fp32 to step 1500, then bf16" -> "bf16"
+    if not before or last == ran:
+        return before or ran
+    log.warning(
+        "the updates so far ran in %s; this device runs train.precision %s: updates from step %d run in %s, "
+        "so this run is the model of neither precision (--set train.precision=%s keeps one)",
+        last,
+        ran,
+        step + 1,
+        ran,
+        last,
+    )
+    return f"{before} to step {step}, then {ran}"
+
+
 def autocast(device: torch.device, precision: str):
     """The forward pass's autocast context for train.precision (fp32 and tf32: none)."""
     precision = ran_precision(device, precision)
