@@ -58,6 +58,13 @@ def ranks_from_env() -> Ranks:
     return Ranks(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
 
 
+# oneDNN compiles a kernel for each bf16 matmul shape it meets and keeps 1,024 of them by default; an
+# epoch of the default's batches meets thousands (each batch shape's rows times every weight, forward and
+# backward), so past the cache every update compiled its kernels anew and bf16 ran at fp32's speed
+# (docs/cpu-speed, issue 83). Read when oneDNN makes its first kernel: set before that, unless the user did.
+ONEDNN_KERNELS = 1 << 15
+
+
 def resolve_device(name: str) -> torch.device:
     """'auto' -> cuda when available, else cpu."""
     if name == "auto":
@@ -118,7 +125,8 @@ def autocast(device: torch.device, precision: str):
 
 def set_precision(device: torch.device, precision: str) -> None:
     """TF32 matmuls and convolutions on CUDA only when asked for (fp32 means fp32), and attention without
-    cuDNN's kernels; a precision this device only emulates is said once. torch >= 2.9 sets TF32 through
+    cuDNN's kernels; bf16 on a CPU with room for oneDNN's kernels (ONEDNN_KERNELS); a precision this
+    device only emulates is said once. torch >= 2.9 sets TF32 through
     fp32_precision, older torch through allow_tf32: the two must not be mixed."""
     precision = ran_precision(device, precision)
     if precision not in native_precisions(device):
@@ -128,6 +136,8 @@ def set_precision(device: torch.device, precision: str) -> None:
             device.type.upper(),
             ", ".join(native_precisions(device)),
         )
+    if device.type == "cpu" and precision == "bf16":
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNELS))
     if device.type != "cuda":
         return
     # cuDNN's attention (bf16/fp16) builds a plan for each new batch shape on the host: on an H100 it
