@@ -194,6 +194,19 @@ def test_auto_precision_is_bf16_where_the_cpu_has_it_natively(monkeypatch, amx):
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == (torch.bfloat16 if amx else torch.float32)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_bf16_on_a_cpu_makes_room_for_onednns_kernels_unless_the_user_sized_it(monkeypatch, precision):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")  # put back as it was after the test
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    distributed.set_precision(torch.device("cpu"), precision)
+    expected = str(distributed.ONEDNN_KERNELS) if precision == "bf16" else None
+    assert os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY") == expected
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "2048")
+    distributed.set_precision(torch.device("cpu"), precision)
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "2048"
+
+
 def tf32_switches() -> tuple:
     """(matmul, convolution) TF32 settings through the one API this torch has: fp32_precision ("tf32"
     or "ieee") from 2.9, allow_tf32 (True or False) before."""
