@@ -85,7 +85,7 @@ def causal_flag(tgt_in: Tensor) -> bool:
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, causal: bool) -> Tensor:
     """`F.scaled_dot_product_attention`: q (B, H, T, Dh) attends to k, v (B, H, L, Dh) -> (B, H, T, Dh).
 
-    Under a CPU's bf16 autocast it runs in fp32: torch's bf16 attention kernel for CPUs took 3-4.7x
+    Under a CPU's bf16 autocast it runs in fp32: torch's bf16 attention kernel for CPUs took 4.0-4.7x
     its fp32 kernel's time at this model's shapes (forward and backward), a third of a bf16 update on an
     AMX Xeon, where casting q, k and v up costs far less (docs/cpu-speed, issue 83)."""
     if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
