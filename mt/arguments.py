@@ -192,6 +192,18 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
         default=list(TUNE_LENGTH_PENALTIES),
         help="GNMT alphas tried with each beam above 1",
     )
+    p.add_argument(
+        "--mbr",
+        action="store_true",
+        help="also try MBR (chrF, BLEU) over beam 5's hypotheses, alone and with 8 or 16 samples",
+    )
+    p.add_argument(
+        "--rerank",
+        default="",
+        metavar="RUN[,RUN]",
+        help="also try reranking beam 5's and beam 10's hypotheses by this reverse run (tgt->src) at several "
+        "weights",
+    )
 
 
 REPORT_SETTING_HELP = (

@@ -20,6 +20,7 @@ from mt.config import load_config
 from mt.decode_config import COMMAND_LINE, DecodeConfig
 from mt.plumbing.errors import ConfigError, DataError, RunDirError, UserError
 from mt.plumbing.files import write_stdout, write_text
+from mt.run.names import chooser_text
 from mt.serving.limits import ServeLimits
 
 log = logging.getLogger("mt")
@@ -247,20 +248,22 @@ def cmd_distill(args: argparse.Namespace) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
+    from mt.rerank import choices
     from mt.training.tuning import make_grid, tune
 
     _setup_logging()
     grid = make_grid(args.beams, args.length_penalties)
-    tuning = tune(args.run, args.checkpoint, args.device, grid)
+    more = choices(args.mbr, args.rerank) if args.mbr or args.rerank else None
+    tuning = tune(args.run, args.checkpoint, args.device, grid, more)
     _print_tuning(args.run, tuning)
 
 
 def _print_tuning(run: str | Path, tuning: dict) -> None:
     c = tuning["chosen"]
     print(
-        f"{run}: beam {c['beam']}, length penalty {c['length_penalty']:g} (val BLEU {c['bleu']:.2f}, "
-        f"length ratio {c['length_ratio']:.3f}; best of {len(tuning['tried'])} tried); the run now "
-        f"translates with them unless told otherwise",
+        f"{run}: beam {c['beam']}, length penalty {c['length_penalty']:g}{chooser_text(c)} "
+        f"(val BLEU {c['bleu']:.2f}, length ratio {c['length_ratio']:.3f}; best of {len(tuning['tried'])} "
+        f"tried); the run now translates with them unless told otherwise",
         file=sys.stderr,
     )
 

@@ -1,10 +1,11 @@
 """Decoding options: `DecodeConfig`, every option of a search in one frozen dataclass, and what is
 derived from it: the one path from a user's options (command-line flags, an HTTP request's fields, a
 config file's decode section, the Python API's keywords) to a checked DecodeConfig, whose errors speak
-the user's spelling of each option, and the name of an evaluation decoded with it.
+the user's spelling of each option.
 
 A new decoding option is one field here (with its `help`): the flags (mt.arguments), the HTTP fields
-(mt.serving.app), the API's keywords (mt.translator) and the evaluation names follow from it.
+(mt.serving.app), the API's keywords (mt.translator) and the evaluation names (mt.run.names) follow
+from it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ QUANTIZATIONS = ("none", *COMPUTE_TYPES[1:])  # what `mt export --quantization` 
 # `mt tune`'s grid (mt.training.tuning): each beam above 1 with each GNMT alpha, and greedy once
 TUNE_BEAMS = (1, 3, 5)
 TUNE_LENGTH_PENALTIES = (0.6, 1.0, 1.5, 2.0, 2.5)
+# the options `mt tune` chooses and the card's tuning holds (mt.run.folder.run_decoding applies them)
+TUNED = ("beam", "length_penalty", "mbr", "mbr_samples", "mbr_temperature", "rerank", "rerank_weight")
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,32 @@ class DecodeConfig:
     seed: int = dataclasses.field(
         default=0, metadata={"help": "sampling seed: a line's draws depend on it and the line only"}
     )
+    mbr: str = choice(
+        "",
+        "",
+        "chrf",
+        "bleu",
+        help="minimum Bayes risk (mt.rerank): of the beam's hypotheses (and --mbr-samples), the one "
+        "with the highest mean sentence chrF or BLEU against all of them; off by default",
+    )
+    mbr_samples: int = within(
+        0,
+        0,
+        1024,
+        help="translations drawn per line (seeded by --seed) that join MBR's pool beside the beam's",
+    )
+    mbr_temperature: float = within(
+        1.0, 0.0, 100.0, lo_open=True, help="the temperature MBR's samples are drawn at (> 0)"
+    )
+    rerank: str = dataclasses.field(
+        default="",
+        metadata={
+            "help": "rerank the beam's hypotheses by log p(y|x) / length penalty + weight * log p(x|y) per "
+            "piece of x, p(x|y) from a run trained the other way (several: their mean, comma-separated)",
+            "metavar": "RUN[,RUN]",
+        },
+    )
+    rerank_weight: float = within(1.0, 0.0, 100.0, help="the reverse model's weight in --rerank's score")
     split_sentences: bool = dataclasses.field(
         default=False,
         metadata={
@@ -137,6 +166,8 @@ def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling =
         )
     if decode.sample:
         _check_sampling(decode, spelling)
+    if decode.mbr or decode.rerank or decode.mbr_samples:
+        _check_choosing(decode, spelling)
     if decode.split_sentences and decode.n_best > 1:
         split = spelling.name("split_sentences")
         raise ConfigError(
@@ -185,62 +216,38 @@ def _check_sampling(decode: DecodeConfig, spelling: Spelling) -> None:
         )
 
 
-def sampling_name(decode: DecodeConfig) -> str:
-    """How a sampled evaluation is told apart: topk20-t0.7-seed3 ("" when searching)."""
-    if not decode.sample:
-        return ""
-    temperature = f"-t{decode.temperature:g}" if decode.temperature != 1.0 else ""
-    return f"{decode.sample.replace(':', '')}{temperature}-seed{decode.seed}"
+def _check_choosing(decode: DecodeConfig, spelling: Spelling) -> None:
+    """decode.mbr and decode.rerank: one of them, choosing among more than one of mt's own candidates."""
+    chooser = "mbr" if decode.mbr else "rerank"
+    lead = spelling.given(chooser, getattr(decode, chooser))
+    if decode.mbr_samples and not decode.mbr:
+        given = spelling.given("mbr_samples", decode.mbr_samples)
+        raise ConfigError(
+            f"{given} draws samples for MBR's pool: {spelling.fix('mbr', 'chrf')}", "mbr_samples"
+        )
+    if decode.mbr and decode.rerank:
+        raise ConfigError(
+            f"{lead} and {spelling.name('rerank')} each choose the translation; give one of them", chooser
+        )
+    if decode.sample:
+        raise ConfigError(
+            f"{lead} chooses among the beam's hypotheses, {spelling.name('sample')} draws one translation; "
+            f"leave {spelling.name('sample')} out (MBR draws its own: {spelling.name('mbr_samples')})",
+            chooser,
+        )
+    if decode.engine != "torch":
+        raise ConfigError(
+            f"{lead} chooses among mt's own search's candidates: {spelling.fix('engine', 'torch')}", chooser
+        )
+    if decode.beam == 1 and not decode.mbr_samples:
+        more = (
+            f" or {spelling.pair.format(name=spelling.name('mbr_samples'), value=16)}" if decode.mbr else ""
+        )
+        raise ConfigError(
+            f"{lead} has one candidate a line with beam 1: {spelling.fix('beam', 5)}{more}", chooser
+        )
 
 
-def engine_name(decode: DecodeConfig) -> str:
-    """ "" for torch; ct2, or ct2-int8 where a compute type was chosen."""
-    if decode.engine == "torch":
-        return ""
-    return "ct2" if decode.compute_type == "default" else f"ct2-{decode.compute_type}"
-
-
-# How an evaluation's name spells the options that differ from DecodeConfig's defaults, in this order
-# (an ensemble's -ensN stands between the search's options and sampling's, where it always has); a part
-# is left out where its options change nothing (a length penalty without a beam, a temperature without
-# sampling). A field no part spells is named `field=value`, so a new option can never let two
-# evaluations that may differ share a name. UNNAMED: options that cannot change the 1-best translations
-# an evaluation scores (n_best: beam search's best is the same, and draw 0 is what n_best 1 draws).
-Part = tuple[tuple[str, ...], Callable[[DecodeConfig], str]]
-SEARCH_PARTS: list[Part] = [
-    (("beam",), lambda d: f"beam{d.beam}"),
-    (("length_penalty",), lambda d: f"lp{d.length_penalty:g}" if d.beam > 1 else ""),
-    (("max_len_a", "max_len_b"), lambda d: f"len{d.max_len_a:g}x+{d.max_len_b}"),
-    (("no_repeat_ngram",), lambda d: f"norepeat{d.no_repeat_ngram}"),
-    (("batch_tokens",), lambda d: f"bt{d.batch_tokens}"),  # padding may move a last-digit tie
-    (("engine", "compute_type"), engine_name),
-    (("split_sentences",), lambda d: "split"),
-]
-SAMPLING_PART: Part = (("sample", "temperature", "seed"), sampling_name)
-UNNAMED = ("n_best",)
-
-
-def evaluation_name(split: str, decode: DecodeConfig, checkpoint: str = "best", ensemble: int = 1) -> str:
-    """How an evaluation is named in cards and eval files: the split, then each option that differs
-    from the defaults (test-beam5, test-beam5-lp0.6, -ct2-int8, -topk20-t0.7-seed3, ...), -ensN for an
-    ensemble of N runs, and -last (or another checkpoint's name) when it did not use best.pt."""
-    default = DecodeConfig()
-    differs = [
-        f.name
-        for f in dataclasses.fields(DecodeConfig)
-        if getattr(decode, f.name) != getattr(default, f.name)
-    ]
-
-    def spelled(parts):
-        return [spell(decode) for fields, spell in parts if set(differs) & set(fields)]
-
-    named = {f for fields, _ in [*SEARCH_PARTS, SAMPLING_PART] for f in fields} | set(UNNAMED)
-    parts = [
-        split,
-        *spelled(SEARCH_PARTS),
-        f"ens{ensemble}" if ensemble > 1 else "",
-        *spelled([SAMPLING_PART]),
-    ]
-    parts += [f"{key}={getattr(decode, key)}" for key in differs if key not in named]
-    parts += [checkpoint] if checkpoint != "best" else []
-    return "-".join(part for part in parts if part)
+def reverse_runs(rerank: str) -> list[str]:
+    """decode.rerank's runs: "runs/a,runs/b" -> ["runs/a", "runs/b"]."""
+    return [run.strip() for run in rerank.split(",") if run.strip()]

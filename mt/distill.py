@@ -28,11 +28,11 @@ import torch
 from tqdm import tqdm
 
 from mt.data import downloads_dir, load_split
-from mt.decode_config import evaluation_name
 from mt.ensemble import Ensemble
 from mt.plumbing.errors import DataError
 from mt.plumbing.files import file_sha256, write_failure, write_text
 from mt.run.card import read_card
+from mt.run.names import evaluation_name
 from mt.run.parent import TEACHER, read_teacher
 from mt.training.compute import card_pipeline, search_multiply_adds
 from mt.translator import Translator

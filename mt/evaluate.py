@@ -10,12 +10,13 @@ from pathlib import Path
 
 from mt.config import RunConfig
 from mt.data import load_split, read_parallel
-from mt.decode_config import evaluation_name
+from mt.decode_config import TUNED
 from mt.metrics import corpus_scores
 from mt.model import Seq2Seq, count_parameters
 from mt.plumbing.files import write_text
 from mt.run.card import read_card, training_record, update_card
 from mt.run.checkpoint import load_checkpoint
+from mt.run.names import evaluation_name
 from mt.run.provenance import code_version, config_section, hardware
 from mt.run.records import progress_of
 from mt.training.distributed import resolve_device
@@ -25,14 +26,15 @@ from mt.translator import Translator
 
 def decodes_as_tuned(translator: Translator) -> bool:
     """Whether an opened run translates as `mt tune` chose: its decode section untouched by options,
-    with the tuned beam and length penalty, on the checkpoint tuned, no ensemble. `mt evaluate` files
+    with the tuned options (`TUNED`: beam, length penalty, MBR, reranking), on the checkpoint tuned, no
+    ensemble. `mt evaluate` files
     such a result also as SPLIT-tuned (what `mt report` compares by default); `mt serve`'s /info and
     page say so."""
     chosen = tuned_setting(translator.run, translator.checkpoint)
     decode = translator.decode
     if translator.ensemble or not chosen or decode != translator.config.decode:
         return False
-    return (decode.beam, decode.length_penalty) == (chosen["beam"], chosen["length_penalty"])
+    return all(getattr(decode, key) == chosen[key] for key in TUNED if key in chosen)
 
 
 def lines_sha256(lines: list[str]) -> str:
@@ -43,7 +45,7 @@ def evaluate_run(translator: Translator, split: str = "test", files: tuple[str, 
     """Translate a corpus split (or `files`: a source and a reference file) with an opened run and
     score it; write DIR/eval-<key>.json, the translations (hyp-<key>.txt), the references
     (ref-<name>.txt, for `mt report`), and the card's results. <key> names the data and every
-    decoding option that can change the translations (`decode_config.evaluation_name`): test,
+    decoding option that can change the translations (`mt.run.names.evaluation_name`): test,
     test-beam5, test-beam5-lp0.6, test-beam5-ens2 (an ensemble), test-last (another checkpoint than
     best), news.de (files). The result records the whole decode config, and lists the files written
     under "written"."""

@@ -22,7 +22,6 @@ from sacrebleu.significance import PairedTest
 
 from mt.config import config_to_dict, read_saved_config
 from mt.curves import plot_curves
-from mt.decode_config import evaluation_name
 from mt.groups import P_THRESHOLD, groups_section, p_text, seed_groups
 from mt.metrics import HEADLINE, METRICS, Metric, improves, signature_tokenizer
 from mt.plumbing.config_yaml import flatten
@@ -30,6 +29,7 @@ from mt.plumbing.errors import ConfigError, RunDirError
 from mt.plumbing.files import write_text
 from mt.run.card import read_card
 from mt.run.folder import read_metrics
+from mt.run.names import chooser_text, evaluation_name
 from mt.run.provenance import differing_keys
 
 BOOTSTRAP_SAMPLES = 1000
@@ -286,9 +286,11 @@ def _decoding(run: Run) -> str:
     result = run.result() or {}
     if not result:
         return f"(no `{run.setting}` result)"
-    sample = result.get("decode", {}).get("sample")
+    decode = result.get("decode", {})
     how = (
-        f"sampled {sample}" if sample else f"beam {result['beam']}, length penalty {result['length_penalty']}"
+        f"sampled {decode['sample']}"
+        if decode.get("sample")
+        else f"beam {result['beam']}, length penalty {result['length_penalty']}{chooser_text(decode)}"
     )
     tuned = ": tuned on val" if run.setting.endswith("-tuned") else ""
     return f"{how} (`{run.setting}`{tuned})"

@@ -35,7 +35,7 @@ import torch
 
 from mt.attention import AttentionMap, attention_maps, line_alignments
 from mt.config import RunConfig, config_to_dict
-from mt.ct2.engine import Ct2Model
+from mt.ct2.engine import Ct2Model, engine_for
 from mt.ct2.export import export_model
 from mt.decode import Ensemble
 from mt.decode_config import KEYWORD, DecodeConfig, Spelling, decoding
@@ -44,6 +44,7 @@ from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.plumbing.files import file_sha256
+from mt.rerank import Reverse, chosen_search, open_reverse
 from mt.run.card import read_card
 from mt.run.folder import checkpoint_path, load_run
 from mt.score import Scored, score_lines
@@ -52,7 +53,8 @@ from mt.tokenizer import Tokenizer
 from mt.training.distributed import resolve_device
 from mt.translate import translate_lines, translate_nbest
 
-FIXED_AT_OPEN = ("engine", "compute_type")  # the searcher is built for them
+# the searcher is built for the engine and compute type, and decode.rerank's runs are opened
+FIXED_AT_OPEN = ("engine", "compute_type", "rerank")
 
 
 @dataclass(eq=False, repr=False)  # a record of what was opened; compared and shown as an object
@@ -65,6 +67,7 @@ class Translator:
     tokenizer, model  the run's tokenizer (target-side text cut into the pieces every model writes)
                       and torch model (scoring, attention and alignments use it)
     searcher          what translation searches with: `model`, an Ensemble with it, or a Ct2Model
+    reverse           decode.rerank's runs, opened (mt.rerank), which score candidates the other way
     """
 
     run: Path
@@ -76,6 +79,7 @@ class Translator:
     searcher: Seq2Seq | Ensemble | Ct2Model
     device: torch.device
     ensemble: list[str]
+    reverse: Reverse = field(default_factory=list)
     spelling: Spelling = KEYWORD
     # held by every call; a caller may hold it across several
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -124,7 +128,8 @@ class Translator:
         models = searcher.models if isinstance(searcher, Ensemble) else [model]
         tokenizer = tokenizer.writing(written_pieces(models))  # prefixes: pieces every model writes
         searcher = engine_for(run, decode, tokenizer, searcher, device, whole_files)
-        return cls(run, path, config, decode, tokenizer, model, searcher, device, ensemble, spelling)
+        reverse = open_reverse(decode.rerank, config, device) if decode.rerank else []
+        return cls(run, path, config, decode, tokenizer, model, searcher, device, ensemble, reverse, spelling)
 
     def options(self, **options: Any) -> DecodeConfig:
         """The decoding options in force with `options` changed (None: keep), checked."""
@@ -169,7 +174,10 @@ class Translator:
         return lines, prefixes
 
     def _by_sentence(self, search, lines: list[str], prefixes: list[str] | None, decode: DecodeConfig, join):
-        """search(...) over the lines, or with decode.split_sentences over their sentences, joined."""
+        """search(...) over the lines, or with decode.split_sentences over their sentences, joined;
+        with decode.mbr or decode.rerank a line's translation is chosen among its candidates (mt.rerank)."""
+        if decode.mbr or decode.rerank:
+            search = chosen_search(search is translate_nbest, self.reverse, self.config.bleu_tokenize)
         if not decode.split_sentences:
             return search(self.searcher, self.tokenizer, lines, decode, self.max_source, prefixes)
         split = splitter(self.spelling.name("split_sentences"))
@@ -322,23 +330,3 @@ def ensemble_of(
             )
         models.append(other_model)
     return Ensemble(models)
-
-
-def engine_for(
-    run: Path,
-    decode: DecodeConfig,
-    tokenizer: Tokenizer,
-    model: Seq2Seq | Ensemble,
-    device: torch.device,
-    whole_files: bool = True,
-) -> Seq2Seq | Ensemble | Ct2Model:
-    """What translation searches with: the torch `model` on `device`, or for decode.engine ctranslate2
-    the run's CTranslate2 export (RUN/ct2, `mt export`), checked to hold the same weights. Threads:
-    beam search over `whole_files` runs one one-thread translator per thread, decoding batches side
-    by side; greedy search and serve's one batch at a time, one translator with all the threads (on
-    2 cores: beam 5 7% faster, greedy 8% slower the first way; scripts/bench_decode.py --ct2-threads)."""
-    if decode.engine == "torch":
-        return model.to(device)
-    n = torch.get_num_threads()
-    threads = (n, 1) if whole_files and decode.beam > 1 else (1, n)
-    return Ct2Model(run / "ct2", model, tokenizer, decode, device, threads)

@@ -9,7 +9,11 @@ prefix at every step (uncached_seconds, speedup_vs_uncached). Tokenization and b
 the timed part, model loading is not. The decoding flags are `mt translate`'s, but that --beam is 1,
 --engine torch and --compute-type default unless given (not the run's decode section). The search
 asks for text only, as `mt translate` does for the 1-best (CTranslate2's greedy then computes no
-scores); --with-scores asks for the scores too, as an n-best list or the HTTP API does.
+scores); --with-scores asks for the scores too, as an n-best list or the HTTP API does. With --mbr or
+--rerank the line adds the whole choice's time (chosen_seconds, chosen_sentences_per_s, chosen_bleu) and
+its ratio to the search alone (the beam that makes the pool, timed above; --skip-uncached saves time):
+
+    python scripts/bench_decode.py --run runs/multi30k --beam 5 --mbr chrf --mbr-samples 8 --skip-uncached
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 from measure import decoding_flags, open_run, scores, split_of, timed
 
 from mt.ct2.engine import Ct2Model
+from mt.run.names import evaluation_name
 from mt.translate import search_lines
 
 
@@ -83,7 +88,22 @@ def main() -> None:
                 "uncached_same_output": [h[0].tokens for h in uncached] == hyps,
             }
         )
+    if decode.mbr or decode.rerank:
+        result.update(chosen_timing(translator, src, ref, seconds))
     print(json.dumps(result), flush=True)
+
+
+def chosen_timing(translator, src: list[str], ref: list[str], search_seconds: float) -> dict:
+    """With --mbr or --rerank: the whole choice (the pool's search, samples, utilities or the reverse
+    runs' scores) timed on the same lines, beside the search alone that the rest of the line times."""
+    seconds, hyps = timed(lambda: translator.translate(src), translator.device)
+    return {
+        "chosen": evaluation_name("", translator.decode),
+        "chosen_seconds": round(seconds, 3),
+        "chosen_sentences_per_s": round(len(src) / seconds, 1),
+        "chosen_bleu": scores(hyps, ref, translator)["bleu"],
+        "chosen_vs_search": round(seconds / search_seconds, 2),
+    }
 
 
 if __name__ == "__main__":

@@ -345,6 +345,11 @@ DECODE_VALUES = {
     "sample": "topk:5",
     "temperature": 0.5,
     "seed": 7,
+    "mbr": "chrf",
+    "mbr_samples": 4,
+    "mbr_temperature": 0.5,
+    "rerank": "runs/en-de",
+    "rerank_weight": 0.5,
     "split_sentences": True,
 }
 

@@ -1,4 +1,4 @@
-"""mt/decode_config.py: an evaluation's name says every decoding option that can change what it scores,
+"""mt/run/names.py: an evaluation's name says every decoding option that can change what it scores,
 so two evaluations that may differ never share an eval file or a card entry."""
 
 import dataclasses
@@ -8,8 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mt import decode_config
-from mt.decode_config import UNNAMED, DecodeConfig, decoding, evaluation_name
+from mt.decode_config import DecodeConfig, decoding
 from mt.plumbing.errors import ConfigError
+from mt.run import names
+from mt.run.names import UNNAMED, evaluation_name
 
 
 def test_the_names_evaluations_have_had_stay():
@@ -41,8 +43,8 @@ def test_options_that_change_nothing_leave_the_name_alone():
 
 def test_an_option_no_part_spells_is_named_by_field_and_value(monkeypatch):
     """A new DecodeConfig field that nobody taught the names still names the evaluation."""
-    parts = [part for part in decode_config.SEARCH_PARTS if part[0] != ("max_len_a", "max_len_b")]
-    monkeypatch.setattr(decode_config, "SEARCH_PARTS", parts)
+    parts = [part for part in names.SEARCH_PARTS if part[0] != ("max_len_a", "max_len_b")]
+    monkeypatch.setattr(names, "SEARCH_PARTS", parts)
     assert evaluation_name("test", DecodeConfig(beam=2, max_len_a=2.0)) == "test-beam2-max_len_a=2.0"
 
 
@@ -53,6 +55,8 @@ def another(config: DecodeConfig, name: str):
         return next(c for c in field.metadata["choices"] if c != value)
     if name == "sample":
         return "topk:3" if value != "topk:3" else "topk:4"
+    if name == "rerank":
+        return value + ",runs/de-en" if value else "runs/de-en"
     if isinstance(value, bool):
         return not value
     return value + (1 if isinstance(value, int) else 0.5)
@@ -65,6 +69,11 @@ WHERE_IT_MATTERS = {
     "temperature": DecodeConfig(sample="topk:5"),
     "seed": DecodeConfig(sample="topk:5"),
     "compute_type": DecodeConfig(engine="ctranslate2"),
+    "mbr": DecodeConfig(beam=5),
+    "mbr_samples": DecodeConfig(beam=5, mbr="chrf"),
+    "mbr_temperature": DecodeConfig(beam=5, mbr="chrf", mbr_samples=4),
+    "rerank": DecodeConfig(beam=5),
+    "rerank_weight": DecodeConfig(beam=5, rerank="runs/en-de"),
 }
 
 
@@ -79,7 +88,11 @@ def can_differ(a: DecodeConfig, b: DecodeConfig) -> bool:
     """Whether a and b may translate a test set differently: an option that differs and matters."""
     ignored = set(UNNAMED)
     ignored |= {"length_penalty"} if a.beam == b.beam == 1 else set()
-    ignored |= {"temperature", "seed"} if a.sample == b.sample == "" else set()
+    ignored |= {"temperature"} if a.sample == b.sample == "" else set()
+    ignored |= {"seed"} if a.sample == b.sample == "" and a.mbr_samples == b.mbr_samples == 0 else set()
+    ignored |= {"mbr_samples", "mbr_temperature"} if a.mbr == b.mbr == "" else set()
+    ignored |= {"mbr_temperature"} if a.mbr_samples == b.mbr_samples == 0 else set()
+    ignored |= {"rerank_weight"} if a.rerank == b.rerank == "" else set()
     return any(
         getattr(a, f.name) != getattr(b, f.name) for f in dataclasses.fields(a) if f.name not in ignored
     )
@@ -100,6 +113,11 @@ DRAWN = {
     "sample": ["", "topk:20", "topp:0.9"],
     "temperature": [1.0, 0.7],
     "seed": [0, 3],
+    "mbr": ["", "chrf", "bleu"],
+    "mbr_samples": [0, 4],
+    "mbr_temperature": [1.0, 0.5],
+    "rerank": ["", "runs/en-de", "runs/en-de,runs/en-de-2"],
+    "rerank_weight": [1.0, 0.5],
     "split_sentences": [False, True],
 }
 configs = st.builds(DecodeConfig, **{name: st.sampled_from(values) for name, values in DRAWN.items()})

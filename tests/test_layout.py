@@ -37,6 +37,7 @@ LAYERS = {
         "translate",
     ],
     "The run folder": [
+        "run.names",
         "run.records",
         "run.provenance",
         "run.card",
@@ -61,6 +62,7 @@ LAYERS = {
     "Using a run": [
         "sentences",
         "score",
+        "rerank",
         "attention",
         "ct2.export",
         "ct2.engine",

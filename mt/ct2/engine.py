@@ -29,7 +29,7 @@ from mt.ct2.export import (
     vocabulary,
     weights_sha256,
 )
-from mt.decode import Hypothesis
+from mt.decode import Ensemble, Hypothesis
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.plumbing.errors import RunDirError
@@ -56,6 +56,11 @@ DECODE_FIELDS = {
     "sample": Unsupported("one random stream a process: a line's draws would depend on its batch"),
     "temperature": ByMt("changes nothing without sample"),
     "seed": ByMt("changes nothing without sample"),
+    "mbr": Unsupported("it chooses among mt's own search's candidates (mt.rerank)"),
+    "mbr_samples": ByMt("changes nothing without mbr"),
+    "mbr_temperature": ByMt("changes nothing without mbr"),
+    "rerank": Unsupported("it chooses among mt's own search's candidates (mt.rerank)"),
+    "rerank_weight": ByMt("changes nothing without rerank"),
     "split_sentences": ByMt("mt.sentences, before and after the search"),
 }
 
@@ -201,3 +206,23 @@ class Ct2Model:
             penalty = ((5 + len(ids) + ended) / 6) ** cfg.length_penalty if cfg.beam > 1 else 1.0
             hyps.append(Hypothesis(ids, logprob / penalty, logprob))
         return sorted(hyps, key=lambda h: -h.score)[: cfg.n_best]
+
+
+def engine_for(
+    run: Path,
+    decode: DecodeConfig,
+    tokenizer: Tokenizer,
+    model: Seq2Seq | Ensemble,
+    device: torch.device,
+    whole_files: bool = True,
+) -> Seq2Seq | Ensemble | Ct2Model:
+    """What translation searches with: the torch `model` on `device`, or for decode.engine ctranslate2
+    the run's CTranslate2 export (RUN/ct2, `mt export`), checked to hold the same weights. Threads:
+    beam search over `whole_files` runs one one-thread translator per thread, decoding batches side
+    by side; greedy search and serve's one batch at a time, one translator with all the threads (on
+    2 cores: beam 5 7% faster, greedy 8% slower the first way; scripts/bench_decode.py --ct2-threads)."""
+    if decode.engine == "torch":
+        return model.to(device)
+    n = torch.get_num_threads()
+    threads = (n, 1) if whole_files and decode.beam > 1 else (1, n)
+    return Ct2Model(run / "ct2", model, tokenizer, decode, device, threads)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from mt.config import RunConfig, TrainConfig, read_saved_config, save_config
+from mt.decode_config import TUNED
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.plumbing.errors import ConfigError, RunDirError, WriteError
@@ -125,17 +126,16 @@ def load_run(
 def run_decoding(run_dir: Path, checkpoint: Path, stored: dict) -> dict:
     """How the run translates `checkpoint` unless told otherwise: the decode section of DIR/config.yaml
     (training writes its config's; the checkpoint's `stored` one where the file is missing), with the
-    beam and length penalty that `mt tune` chose for this very checkpoint file over it. The card's
+    options that `mt tune` chose for this very checkpoint file over it (`TUNED`: beam and length penalty,
+    and MBR or reranking where it tried them). The card's
     `tuning` is the one home of a tuned decoding: nothing else writes it, and every command and the
     Python API open a run through here (their own options still win)."""
     path = run_dir / "config.yaml"
     decode = dataclasses.asdict(read_saved_config(path).decode) if path.exists() else dict(stored)
     tuning = card_tuning(run_dir, checkpoint)
     if tuning and not decode.get("sample"):  # a sampling run does not search: tune refuses it
-        chosen = tuning["chosen"]
-        beam = chosen["beam"]
-        decode |= {"beam": beam, "length_penalty": chosen["length_penalty"]}
-        decode["n_best"] = min(decode.get("n_best", 1), beam)
+        decode |= {key: value for key, value in tuning["chosen"].items() if key in TUNED}
+        decode["n_best"] = min(decode.get("n_best", 1), decode["beam"])
     return decode
 
 

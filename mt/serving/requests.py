@@ -31,7 +31,7 @@ class Refused(Exception):
         self.status, self.name = status, name
 
 
-SERVER_CHOSEN = ("engine", "compute_type", "batch_tokens")  # fixed when mt serve starts (its flags)
+SERVER_CHOSEN = ("engine", "compute_type", "batch_tokens", "rerank")  # fixed when mt serve starts (its flags)
 
 
 def request_field(name: str) -> tuple[Any, Any]:

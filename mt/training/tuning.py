@@ -9,32 +9,38 @@ highest val BLEU (the faster one on a tie: a smaller beam, then the lower alpha)
 into the run's card, its one home: `tuning`, keyed by the checkpoint file's sha256, with every
 setting tried, its BLEU, chrF and length ratio. Every command and the Python API open the run with
 it over config.yaml's decode section (mt.run.folder.run_decoding), for that checkpoint only; an
-explicit flag or keyword still wins. The test split is never looked at.
+explicit flag or keyword still wins. The test split is never looked at. `mt tune --mbr --rerank RUN`
+adds MBR and reranking to what is chosen among (`more`: mt.rerank.choices), each row with the
+options it sets (`TUNED`) and its seconds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
+from typing import Callable
 
 from mt.config import RunConfig
 from mt.data import load_split
-from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, decoding
+from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, TUNED, DecodeConfig, decoding
 from mt.metrics import HEADLINE, corpus_scores
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.files import file_sha256
 from mt.run.card import card_tuning, read_card, update_card
 from mt.run.folder import checkpoint_path, load_run
+from mt.run.names import evaluation_name
 from mt.tokenizer import Tokenizer
 from mt.training.distributed import resolve_device
 from mt.translate import translate_lines
 
 log = logging.getLogger(__name__)
 
-# a run tunes on mt's own search, whatever engine it serves with
-TORCH = {"engine": "torch", "compute_type": "default"}
+# a run tunes on mt's own search, whatever engine it serves with, and plain search unless `more` tries
+# MBR or reranking (mt.rerank.try_choices)
+PLAIN = {"engine": "torch", "compute_type": "default", "mbr": "", "mbr_samples": 0, "rerank": ""}
 
 Grid = list[tuple[int, float]]  # (beam, length penalty) pairs
 
@@ -60,36 +66,63 @@ def try_settings(
     tried = []
     for beam, alpha in grid:
         start = time.perf_counter()
-        decode = decoding(cfg.decode, {**TORCH, "beam": beam, "length_penalty": alpha, "n_best": 1})
+        decode = decoding(cfg.decode, {**PLAIN, "beam": beam, "length_penalty": alpha, "n_best": 1})
         hyps = translate_lines(model, tokenizer, src, decode, cfg.data.max_len)
-        scores = corpus_scores(hyps, ref, sources=src, tokenize=tokenize)
-        tried.append(
-            {
-                "beam": beam,
-                "length_penalty": alpha,
-                **{m.key: round(scores[m.key], 2) for m in HEADLINE},
-                "length_ratio": round(scores["length_ratio"], 4),
-                "seconds": round(time.perf_counter() - start, 1),
-            }
-        )
-        t = tried[-1]
-        scored = ", ".join(f"{m.label} {t[m.key]:.2f}" for m in HEADLINE)
-        log.info(
-            "tune: beam %d, length penalty %g: val %s, length ratio %.3f",
-            *(t["beam"], t["length_penalty"], scored, t["length_ratio"]),
-        )
+        tried.append(tried_row(decode, hyps, ref, src, tokenize, time.perf_counter() - start))
     return tried
 
 
+def tried_row(
+    decode: DecodeConfig, hyps: list[str], ref: list[str], src: list[str], tokenize: str, seconds: float
+):
+    """A setting's row in the card's `tuning`: its tuned options (`TUNED`), val scores and seconds
+    (logged with its sentences per second)."""
+    scores = corpus_scores(hyps, ref, sources=src, tokenize=tokenize)
+    row = {
+        **{key: getattr(decode, key) for key in TUNED},
+        **{m.key: round(scores[m.key], 2) for m in HEADLINE},
+        "length_ratio": round(scores["length_ratio"], 4),
+        "seconds": round(seconds, 1),
+    }
+    scored = ", ".join(f"{m.label} {row[m.key]:.2f}" for m in HEADLINE)
+    log.info(
+        "tune: %s: val %s, length ratio %.3f, %.1f sentences/s",
+        *(setting_name(row), scored, row["length_ratio"], len(src) / max(seconds, 1e-9)),
+    )
+    return row
+
+
+def setting_name(row: dict) -> str:
+    """A tuned setting as evaluations name it: beam5-lp1.5, beam5-lp1.5-mbrchrf-s16, beam1."""
+    return evaluation_name("", DecodeConfig(**{key: row[key] for key in TUNED if key in row})) or "beam1"
+
+
 def best_setting(tried: list[dict]) -> dict:
-    """The highest BLEU; on a tie the smaller beam, then the lower length penalty (rounded scores)."""
-    return max(tried, key=lambda t: (t["bleu"], -t["beam"], -t["length_penalty"]))
+    """The highest BLEU; on a tie the cheaper: plain search before MBR or reranking, fewer samples, the
+    smaller beam, then the lower length penalty (rounded scores)."""
+
+    def cost(t: dict) -> tuple:
+        return (
+            bool(t.get("mbr") or t.get("rerank")),
+            t.get("mbr_samples", 0),
+            t["beam"],
+            t["length_penalty"],
+        )
+
+    return max(tried, key=lambda t: (t["bleu"], *(-c for c in cost(t))))
 
 
-def tune(run: str | Path, checkpoint: str = "best", device: str = "auto", grid: Grid = GRID) -> dict:
+def tune(
+    run: str | Path,
+    checkpoint: str = "best",
+    device: str = "auto",
+    grid: Grid = GRID,
+    more: Callable | None = None,
+) -> dict:
     """Choose the run's beam and length penalty on val (see the module's docstring); returns the
     card's `tuning` record. A run whose decode section samples (decode.sample) is refused: it does not
-    search."""
+    search. more(model, tokenizer, cfg, src, tried): other settings with their translations of val and
+    seconds, to choose among too (mt.rerank.choices: MBR and reranking), given the grid's rows."""
     run = Path(run)
     path = checkpoint_path(run, checkpoint)  # once: "best" may warn that it falls back to last.pt
     cfg, tokenizer, model = load_run(run, str(path))
@@ -99,7 +132,11 @@ def tune(run: str | Path, checkpoint: str = "best", device: str = "auto", grid: 
             f'searching, so there is no beam to tune; set decode.sample to "" first'
         )
     src, ref = load_split(cfg.data, "val")
-    tried = try_settings(model.to(resolve_device(device)), tokenizer, cfg, src, ref, grid)
+    cfg = dataclasses.replace(cfg, decode=decoding(cfg.decode, PLAIN))
+    model = model.to(resolve_device(device))
+    tried = try_settings(model, tokenizer, cfg, src, ref, grid)
+    for decode, hyps, seconds in more(model, tokenizer, cfg, src, tried) if more else []:
+        tried.append(tried_row(decode, hyps, ref, src, cfg.bleu_tokenize, seconds))
     chosen = best_setting(tried)
     tuning = {
         "split": "val",
@@ -112,18 +149,14 @@ def tune(run: str | Path, checkpoint: str = "best", device: str = "auto", grid: 
     results = {k: r for k, r in card.get("results", {}).items() if not k.endswith("-tuned")}  # outdated
     update_card(run, tuning=tuning, results=results)
     log.info(
-        "tune: chose beam %d, length penalty %g (val BLEU %.2f, length ratio %.3f); wrote %s",
-        chosen["beam"],
-        chosen["length_penalty"],
-        chosen["bleu"],
-        chosen["length_ratio"],
-        run / "card.json",
+        "tune: chose %s (val BLEU %.2f, length ratio %.3f); wrote %s",
+        *(setting_name(chosen), chosen["bleu"], chosen["length_ratio"], run / "card.json"),
     )
     return tuning
 
 
 def tuned_setting(run: Path, checkpoint: Path) -> dict | None:
-    """The beam and length penalty `mt tune` chose for this very checkpoint file (the card's), or None."""
+    """The setting `mt tune` chose for this very checkpoint file (the card's), or None."""
     tuning = card_tuning(run, checkpoint)
     return tuning and tuning["chosen"]
 

@@ -1,0 +1,330 @@
+"""Choosing a line's translation among candidates, after the search: minimum Bayes risk
+(decode.mbr) and reranking by a model trained the other way (decode.rerank).
+
+Both start from one pool per line: the beam's K finished hypotheses (K = decode.beam), and for MBR
+also decode.mbr_samples translations drawn at decode.mbr_temperature (each line's draws seeded by
+decode.seed and the line alone, as `--sample` draws are).
+
+- MBR (Eikema & Aziz 2020; Freitag et al. 2022): each candidate's expected utility is its mean
+  sentence chrF (or BLEU) against every member of the pool as a pseudo-reference, duplicates counted;
+  the highest wins. The utility matrix is sacreBLEU's sentence score for every pair at once: the
+  n-grams are sacreBLEU's own (`extract_all_char_ngrams`, its BLEU tokenizer), their matches one
+  tensor operation per order (`matches`), so it equals `sacrebleu.sentence_chrf` / `sentence_bleu`.
+- Reranking (the noisy channel of Yee et al. 2019, without a language model): each candidate y of a
+  source x is ranked by log p(y|x) / length_penalty(|y| + 1, alpha) + weight * log p(x|y) / (|x| + 1):
+  the beam's own score plus the reverse runs' mean log-probability per source piece (eos counted),
+  teacher-forced over all of a call's candidates at once (`mt score`'s path). Weight 0 ranks as the
+  beam does. The reverse term is not divided by y's length penalty, as Yee et al.'s 1/|y| divides the
+  sum: log p(x|y) is negative and longer candidates explain more of x, so that division rewards length
+  twice (on Multi30k val it made every weight translate longer than the beam at the same length
+  penalty: docs/decoding-choices).
+
+`mt tune --mbr --rerank RUN` chooses among plain beam search, MBR and reranking on val (`choices`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from mt.config import RunConfig
+from mt.decode import length_penalty
+from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, DecodeConfig, reverse_runs
+from mt.model import Seq2Seq
+from mt.plumbing.errors import RunDirError
+from mt.run.folder import load_run
+from mt.score import score_pairs
+from mt.tokenizer import Tokenizer
+from mt.translate import Engine, as_written, search_lines
+
+CHRF_ORDER, CHRF_BETA, BLEU_ORDER = 6, 2, 4  # sacreBLEU's defaults: chrF (not chrF++) and BLEU
+Reverse = list[tuple[Tokenizer, Seq2Seq]]  # the reverse runs' tokenizers and models
+
+
+@dataclass
+class Candidate:
+    text: str
+    logprob: float  # log p(y | x) under the forward model, eos included
+    pieces: int  # its pieces, eos counted: the length penalty's length
+
+
+def candidate_pool(
+    searcher: Seq2Seq | Engine,
+    tokenizer: Tokenizer,
+    lines: list[str],
+    decode: DecodeConfig,
+    max_source: int | None = None,
+    prefixes: list[str] | None = None,
+) -> list[list[Candidate]]:
+    """Each line's candidates: its beam's hypotheses, then its MBR samples (`decode`'s pool)."""
+    found = beam_pool(searcher, tokenizer, lines, decode, max_source, prefixes)
+    if decode.mbr_samples:
+        drawn = sample_pool(searcher, tokenizer, lines, decode, max_source, prefixes)
+        found = [beamed + sampled for beamed, sampled in zip(found, drawn)]
+    return found
+
+
+def beam_pool(searcher, tokenizer, lines, decode, max_source=None, prefixes=None) -> list[list[Candidate]]:
+    """Each line's beam's decode.beam hypotheses, best first (greedy's one where decode.beam is 1)."""
+    search = replace(decode, n_best=decode.beam, mbr="", mbr_samples=0, rerank="")
+    return _candidates(searcher, tokenizer, lines, search, max_source, prefixes)
+
+
+def sample_pool(searcher, tokenizer, lines, decode, max_source=None, prefixes=None) -> list[list[Candidate]]:
+    """Each line's decode.mbr_samples draws at decode.mbr_temperature, in the order drawn (the first k
+    of n draws are the k draws: each draw has its own seed)."""
+    draw = replace(
+        decode,
+        beam=1,
+        n_best=decode.mbr_samples,
+        sample="topp:1",
+        temperature=decode.mbr_temperature,
+        mbr="",
+        mbr_samples=0,
+        rerank="",
+    )
+    return _candidates(searcher, tokenizer, lines, draw, max_source, prefixes)
+
+
+def _candidates(searcher, tokenizer, lines, decode, max_source, prefixes) -> list[list[Candidate]]:
+    found = search_lines(searcher, tokenizer, lines, decode, max_source_pieces=max_source, prefixes=prefixes)
+    pool = []
+    for i, hyps in enumerate(found):
+        texts = tokenizer.decode([h.tokens for h in hyps])
+        texts = as_written(texts, [prefixes[i]] * len(texts), tokenizer) if prefixes else texts
+        pool.append([Candidate(t, h.logprob, len(h.tokens) + 1) for t, h in zip(texts, hyps)])
+    return pool
+
+
+def matches(grams: list[Counter]) -> torch.Tensor:
+    """(N, N) float64: the n-grams candidate i shares with candidate j (clipped counts), for N
+    candidates' n-gram counts of one order."""
+    vocab = {g: k for k, g in enumerate({g for counts in grams for g in counts})}
+    counts = torch.zeros(len(grams), len(vocab), dtype=torch.float64)  # (N, G)
+    for i, c in enumerate(grams):
+        counts[i, [vocab[g] for g in c]] = torch.tensor(list(c.values()), dtype=torch.float64)
+    return torch.minimum(counts[:, None], counts[None]).sum(-1)  # (N, N)
+
+
+def chrf_matrix(texts: list[str]) -> torch.Tensor:
+    """(N, N): sentence chrF of text i against text j as its reference (sacrebleu.sentence_chrf)."""
+    from sacrebleu.metrics.helpers import extract_all_char_ngrams
+
+    grams = [extract_all_char_ngrams(t, CHRF_ORDER) for t in texts]
+    factor, eps = CHRF_BETA**2, 1e-16
+    prec_sum = rec_sum = order = 0
+    for n in range(CHRF_ORDER):
+        matched = matches([g[n] for g in grams])  # (N, N)
+        total = torch.tensor([sum(g[n].values()) for g in grams], dtype=torch.float64)  # (N,)
+        hyp, ref = total[:, None], total[None, :]
+        both = (hyp > 0) & (ref > 0)  # (N, N): the order counts (sacreBLEU's effective order)
+        prec_sum = prec_sum + torch.where(both, matched / hyp.clamp(min=1), 0.0)
+        rec_sum = rec_sum + torch.where(both, matched / ref.clamp(min=1), 0.0)
+        order = order + both.double()
+    prec, rec = prec_sum / order.clamp(min=1), rec_sum / order.clamp(min=1)  # 0 where no order counts
+    f = (1 + factor) * prec * rec / (factor * prec + rec).clamp(min=eps)
+    return 100 * torch.where(prec + rec > 0, f, 0.0)
+
+
+def bleu_matrix(texts: list[str], tokenize: str) -> torch.Tensor:
+    """(N, N): sentence BLEU of text i against text j as its reference (sacrebleu.sentence_bleu: exp
+    smoothing, effective order, with the run's BLEU tokenizer)."""
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU(tokenize=tokenize)
+    words = [metric._preprocess_segment(t).split() for t in texts]
+    length = torch.tensor([len(w) for w in words], dtype=torch.float64)  # (N,)
+    logs = zero_orders = torch.zeros(len(texts), len(texts), dtype=torch.float64)
+    any_match = torch.zeros_like(logs, dtype=torch.bool)
+    for n in range(1, BLEU_ORDER + 1):
+        matched = matches([Counter(tuple(w[i : i + n]) for i in range(len(w) - n + 1)) for w in words])
+        total = (length - n + 1).clamp(min=0)[:, None]  # (N, 1): the hypothesis's n-grams
+        zero_orders = zero_orders + ((matched == 0) & (total > 0))
+        precision = torch.where(matched > 0, matched, 1 / 2**zero_orders) * 100 / total.clamp(min=1)
+        logs = logs + torch.where(total > 0, precision.log(), 0.0)
+        any_match |= matched > 0
+    order = length.clamp(max=BLEU_ORDER).clamp(min=1)[:, None]  # (N, 1): effective order
+    hyp, ref = length[:, None], length[None, :]
+    brevity = torch.where(hyp < ref, (1 - ref / hyp.clamp(min=1)).exp(), 1.0)
+    return torch.where(any_match & (hyp > 0), brevity * (logs / order).exp(), 0.0)
+
+
+def expected_utilities(texts: list[str], utility: str, tokenize: str) -> list[float]:
+    """Each candidate's mean utility against the whole pool (duplicates count as often as they occur;
+    each distinct text is scored once)."""
+    distinct = Counter(texts)
+    unique = list(distinct)
+    weights = torch.tensor([distinct[t] for t in unique], dtype=torch.float64)  # (U,)
+    matrix = chrf_matrix(unique) if utility == "chrf" else bleu_matrix(unique, tokenize)  # (U, U)
+    expected = dict(zip(unique, ((matrix @ weights) / weights.sum()).tolist()))
+    return [expected[t] for t in texts]
+
+
+def reverse_logprobs(
+    reverse: Reverse, pool: list[list[Candidate]], lines: list[str], decode: DecodeConfig
+) -> list[list[float]]:
+    """log p(x | y) / (|x| + 1) of each candidate y given its line x (per piece of x, eos counted), the
+    mean over the reverse models; -inf where a pair is longer than a reverse model's positions. Lines
+    with one candidate are not scored (0)."""
+    pairs = [(i, j) for i, cands in enumerate(pool) if len(cands) > 1 for j in range(len(cands))]
+    found = [[0.0] * len(cands) for cands in pool]
+    if not pairs:
+        return found
+    total = torch.zeros(len(pairs), dtype=torch.float64)
+    for tokenizer, model in reverse:
+        src = tokenizer.encode([pool[i][j].text for i, j in pairs])
+        tgt = tokenizer.encode_target([lines[i] for i, _ in pairs])
+        limit = model.cfg.max_positions - 1
+        fits = [k for k in range(len(pairs)) if max(len(src[k]), len(tgt[k])) <= limit]
+        device = next(model.parameters()).device
+        scored = score_pairs(model, [src[k] for k in fits], [tgt[k] for k in fits], decode, device)
+        logprob = torch.full((len(pairs),), float("-inf"), dtype=torch.float64)
+        logprob[fits] = torch.tensor([s.logprob / len(s.token_logprobs) for s in scored], dtype=torch.float64)
+        total += logprob / len(reverse)
+    for (i, j), value in zip(pairs, total.tolist()):
+        found[i][j] = value
+    return found
+
+
+def channel_scores(pool: list[list[Candidate]], backward: list[list[float]], weight: float, alpha: float):
+    """Reranking's score of each candidate (see the module's docstring)."""
+    return [
+        [c.logprob / length_penalty(c.pieces, alpha) + weight * b for c, b in zip(cands, back)]
+        for cands, back in zip(pool, backward)
+    ]
+
+
+def ranked(
+    pool: list[list[Candidate]], scores: list[list[float]], n_best: int
+) -> list[list[tuple[str, float]]]:
+    """Each line's n_best (text, score), highest first (ties: the earlier candidate, the beam's first)."""
+    found = []
+    for cands, line_scores in zip(pool, scores):
+        order = sorted(range(len(cands)), key=lambda j: -line_scores[j])[:n_best]
+        found.append([(cands[j].text, line_scores[j]) for j in order])
+    return found
+
+
+def choose(
+    pool: list[list[Candidate]], lines: list[str], decode: DecodeConfig, reverse: Reverse, tokenize: str
+) -> list[list[tuple[str, float]]]:
+    """Each line's n_best candidates by decode.mbr's expected utility or decode.rerank's score."""
+    if decode.mbr:
+        scores = [expected_utilities([c.text for c in cands], decode.mbr, tokenize) for cands in pool]
+    else:
+        backward = reverse_logprobs(reverse, pool, lines, decode)
+        scores = channel_scores(pool, backward, decode.rerank_weight, decode.length_penalty)
+    return ranked(pool, scores, decode.n_best)
+
+
+def chosen_search(nbest: bool, reverse: Reverse, tokenize: str) -> Callable:
+    """A search with translate_nbest's arguments and answers (`nbest`), or translate_lines', that
+    chooses each line's translation among its pool (decode.mbr, decode.rerank)."""
+
+    def search(searcher, tokenizer, lines, decode, max_source=None, prefixes=None):
+        pool = candidate_pool(searcher, tokenizer, lines, decode, max_source, prefixes)
+        found = choose(pool, lines, decode, reverse, tokenize)
+        return found if nbest else [line[0][0] for line in found]
+
+    return search
+
+
+def open_reverse(rerank: str, cfg: RunConfig, device: torch.device) -> Reverse:
+    """decode.rerank's runs opened at best.pt (each must translate cfg's target language into its source)."""
+    reverse = []
+    for run in reverse_runs(rerank):
+        if not Path(run).is_dir():
+            raise RunDirError(
+                f'rerank {run}: run directory not found; give the reverse run\'s folder, or rerank "" '
+                f"(--rerank '') to translate without reranking"
+            )
+        theirs, tokenizer, model = load_run(run)
+        if (theirs.data.src_lang, theirs.data.tgt_lang) != (cfg.data.tgt_lang, cfg.data.src_lang):
+            raise RunDirError(
+                f"rerank {run}: it translates {theirs.data.src_lang}->{theirs.data.tgt_lang}; reranking "
+                f"needs a run that translates {cfg.data.tgt_lang}->{cfg.data.src_lang}"
+            )
+        reverse.append((tokenizer, model.to(device)))
+    return reverse
+
+
+# `mt tune --mbr --rerank RUN`'s grid: MBR over a beam-5 pool, alone and with the first 8 and all 16 of 16
+# draws; reranking over beam 5's and beam 10's pools, at each reverse weight with each length penalty.
+# Each pool is searched once (a beam of 10 cost about 2x beam 5's time and scoring twice the pairs).
+POOL_BEAM = max(TUNE_BEAMS)
+RERANK_BEAMS = (POOL_BEAM, 2 * POOL_BEAM)
+TUNE_SAMPLES = (0, 8, 16)
+TUNE_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
+
+
+Found = list[tuple[DecodeConfig, list[str], float]]  # (a setting, val's 1-best under it, its seconds)
+
+
+def choices(mbr: bool, rerank: str) -> Callable:
+    """`mt tune`'s `more` (mt.training.tuning.tune): MBR with each utility over each pool where `mbr`,
+    reranking by the `rerank` runs at each weight and length penalty over each of RERANK_BEAMS' pools
+    where given; each pool of val searched once, at the grid's best length penalty for beam 5."""
+
+    def more(
+        model: Seq2Seq, tokenizer: Tokenizer, cfg: RunConfig, src: list[str], tried: list[dict]
+    ) -> Found:
+        rows = [t for t in tried if t["beam"] == POOL_BEAM]
+        alpha = max(rows, key=lambda t: t["bleu"])["length_penalty"] if rows else cfg.decode.length_penalty
+        device, found = next(model.parameters()).device, []
+        for beam in RERANK_BEAMS if rerank else (POOL_BEAM,):
+            base = replace(cfg.decode, beam=beam, length_penalty=alpha, n_best=1)
+            start = time.perf_counter()
+            beamed = beam_pool(model, tokenizer, src, base, cfg.data.max_len)
+            searched = (beamed, time.perf_counter() - start)
+            found += (
+                mbr_choices(model, tokenizer, cfg, src, base, searched) if mbr and beam == POOL_BEAM else []
+            )
+            found += rerank_choices(rerank, cfg, src, base, searched, device) if rerank else []
+        return found
+
+    return more
+
+
+def mbr_choices(
+    model, tokenizer, cfg: RunConfig, src: list[str], base: DecodeConfig, searched: tuple
+) -> Found:
+    """MBR over the beam's pool (`searched`: it and its seconds) with the first k of 16 draws added,
+    for each k of TUNE_SAMPLES and each utility."""
+    beamed, beam_s = searched
+    draws = max(TUNE_SAMPLES)
+    start = time.perf_counter()
+    drawn = sample_pool(model, tokenizer, src, replace(base, mbr_samples=draws), cfg.data.max_len)
+    draw_s = time.perf_counter() - start
+    found = []
+    for samples in TUNE_SAMPLES:
+        pool = [b + d[:samples] for b, d in zip(beamed, drawn)]
+        for utility in ("chrf", "bleu"):
+            decode = replace(base, mbr=utility, mbr_samples=samples)
+            start = time.perf_counter()
+            hyps = [n[0][0] for n in choose(pool, src, decode, [], cfg.bleu_tokenize)]
+            found.append((decode, hyps, beam_s + draw_s * samples / draws + time.perf_counter() - start))
+    return found
+
+
+def rerank_choices(
+    rerank: str, cfg: RunConfig, src: list[str], base: DecodeConfig, searched: tuple, device: torch.device
+) -> Found:
+    """Reranking of the beam's pool by the `rerank` runs, at each weight and length penalty: the reverse
+    runs score the pool once."""
+    beamed, beam_s = searched
+    start = time.perf_counter()
+    reverse = open_reverse(rerank, cfg, device)
+    backward = reverse_logprobs(reverse, beamed, src, base)
+    seconds = beam_s + time.perf_counter() - start
+    found = []
+    for weight in TUNE_WEIGHTS:
+        for alpha in TUNE_LENGTH_PENALTIES:
+            decode = replace(base, rerank=rerank, rerank_weight=weight, length_penalty=alpha)
+            hyps = [n[0][0] for n in ranked(beamed, channel_scores(beamed, backward, weight, alpha), 1)]
+            found.append((decode, hyps, seconds))
+    return found
