@@ -27,9 +27,8 @@ from mt.translator import Translator
 def decodes_as_tuned(translator: Translator) -> bool:
     """Whether an opened run translates as `mt tune` chose: its decode section untouched by options,
     with the tuned options (`TUNED`: beam, length penalty, MBR, reranking), on the checkpoint tuned, no
-    ensemble. `mt evaluate` files
-    such a result also as SPLIT-tuned (what `mt report` compares by default); `mt serve`'s /info and
-    page say so."""
+    ensemble. `mt evaluate` files such a result also as SPLIT-tuned (what `mt report` compares by
+    default); `mt serve`'s /info and page say so."""
     chosen = tuned_setting(translator.run, translator.checkpoint)
     decode = translator.decode
     if translator.ensemble or not chosen or decode != translator.config.decode:

@@ -191,7 +191,8 @@ def generation_config(decode: DecodeConfig, max_positions: int) -> dict:
     nearest Transformers has, a cap of new tokens (max_positions - 1; mt's own limit follows the
     source). Transformers divides a beam's log-probability by length ** length_penalty, where mt
     divides by ((5 + length) / 6) ** length_penalty: the tuned penalty is carried as it is, and the
-    guide says what that changes."""
+    guide says what that changes. MBR and reranking (decode.mbr, decode.rerank) choose after mt's
+    search and have no Transformers counterpart: the exported model searches as the beam alone does."""
     beam = {"length_penalty": decode.length_penalty, "early_stopping": True} if decode.beam > 1 else {}
     return {
         "decoder_start_token_id": BOS,

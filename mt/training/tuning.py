@@ -39,7 +39,7 @@ from mt.translate import translate_lines
 log = logging.getLogger(__name__)
 
 # a run tunes on mt's own search, whatever engine it serves with, and plain search unless `more` tries
-# MBR or reranking (mt.rerank.try_choices)
+# MBR or reranking (mt.rerank.choices)
 PLAIN = {"engine": "torch", "compute_type": "default", "mbr": "", "mbr_samples": 0, "rerank": ""}
 
 Grid = list[tuple[int, float]]  # (beam, length penalty) pairs
