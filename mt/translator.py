@@ -1,5 +1,6 @@
 """The Python API: a trained run opened once, to translate, score and align with, `Translator`. Every
-command that uses a trained run, and the scripts, open it here, and nowhere else.
+command that translates, scores, evaluates or serves with a trained run opens it here; `mt tune`, `mt
+average` and scripts/run_compute.py read a run's files below it (mt.run.folder, mt.run.checkpoint).
 
     from mt import Translator
 

@@ -318,3 +318,16 @@ def test_the_apis_lists_of_decoding_options_are_decode_configs_fields():
             listed[name] = default.strip('`"')
     defaults = {f.name: str(f.default) for f in dataclasses.fields(DecodeConfig)}
     assert list(listed) == fields and listed == defaults
+
+
+def test_scripts_readme_has_a_row_for_every_script():
+    """scripts/README.md asks for a row per script (or a line saying a file is not one): a new script
+    that forgets its row fails here, not in a reader's search."""
+    text = (ROOT / "scripts/README.md").read_text()
+    rows = set(re.findall(r"^\| `([\w/.]+)` \|", text, flags=re.M))
+    helpers = set(re.findall(r"^`([\w.]+)` is not a script", text, flags=re.M))
+    scripts = {
+        p.relative_to(ROOT / "scripts").as_posix()
+        for p in [*(ROOT / "scripts").glob("*.py"), *(ROOT / "scripts/experiments").glob("*.[ps][yh]")]
+    }
+    assert scripts - helpers == rows

@@ -3,7 +3,7 @@ and `mt.train.train` at its end where train.tune, for `mt train` and the Python 
 
 A beam search ranks finished hypotheses by log-probability / length_penalty(length, alpha), and the
 alpha that makes its translations as long as the references depends on the model: mt's default, 1.0,
-left the 20-minute default's beam 5 about 4% short on test2016, and BLEU's brevity penalty takes as
+left an earlier default's beam 5 about 4% short on test2016, and BLEU's brevity penalty takes as
 much. So a trained run translates a small grid of settings (`GRID`) on val, keeps the one with the
 highest val BLEU (the faster one on a tie: a smaller beam, then the lower alpha), and writes it
 into the run's card, its one home: `tuning`, keyed by the checkpoint file's sha256, with every
