@@ -192,9 +192,13 @@ def reverse_logprobs(
 
 
 def channel_scores(pool: list[list[Candidate]], backward: list[list[float]], weight: float, alpha: float):
-    """Reranking's score of each candidate (see the module's docstring)."""
+    """Reranking's score of each candidate (see the module's docstring); weight 0 leaves out the reverse
+    term even where it is -inf (a pair longer than the reverse model's positions), as the beam ranks."""
     return [
-        [c.logprob / length_penalty(c.pieces, alpha) + weight * b for c, b in zip(cands, back)]
+        [
+            c.logprob / length_penalty(c.pieces, alpha) + (weight * b if weight else 0.0)
+            for c, b in zip(cands, back)
+        ]
         for cands, back in zip(pool, backward)
     ]
 

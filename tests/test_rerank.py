@@ -147,6 +147,9 @@ def test_the_channel_score_adds_the_weighted_reverse_term_to_the_beams_own_score
     pool = [[Candidate("a b", -2.0, 3), Candidate("a", -1.0, 2)]]
     scores = channel_scores(pool, [[-0.4, -0.9]], 0.5, 1.5)
     assert scores == [[-2.0 / ((5 + 3) / 6) ** 1.5 - 0.2, -1.0 / ((5 + 2) / 6) ** 1.5 - 0.45]]
+    unscorable = [[-0.4, float("-inf")]]  # the second pair is longer than the reverse model takes
+    assert channel_scores(pool, unscorable, 0.0, 1.5) == channel_scores(pool, [[0.0, 0.0]], 0.0, 1.5)
+    assert channel_scores(pool, unscorable, 0.5, 1.5)[0][1] == float("-inf")
 
 
 def test_reranking_by_a_run_of_the_same_direction_or_none_is_one_line(fluent, tmp_path):
