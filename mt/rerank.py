@@ -176,9 +176,11 @@ def reverse_logprobs(
     if not pairs:
         return found
     total = torch.zeros(len(pairs), dtype=torch.float64)
+    scored = sorted({i for i, _ in pairs})  # the lines with more than one candidate
     for tokenizer, model in reverse:
         src = tokenizer.encode([pool[i][j].text for i, j in pairs])
-        tgt = tokenizer.encode_target([lines[i] for i, _ in pairs])
+        encoded = dict(zip(scored, tokenizer.encode_target([lines[i] for i in scored])))  # a line once
+        tgt = [encoded[i] for i, _ in pairs]
         limit = model.cfg.max_positions - 1
         fits = [k for k in range(len(pairs)) if max(len(src[k]), len(tgt[k])) <= limit]
         device = next(model.parameters()).device
