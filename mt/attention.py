@@ -13,13 +13,14 @@ import torch
 from torch import Tensor
 
 from mt.batching import make_batch, source_batch
+from mt.config import PAD
 from mt.data import normalize
 from mt.decode import search
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq, decoder_self_mask
 from mt.plumbing.files import write_figure
 from mt.plumbing.script import starts_word
-from mt.tokenizer import PAD, Tokenizer
+from mt.tokenizer import Tokenizer
 
 
 class AttentionMap(NamedTuple):

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mt.tokenizer import BOS, EOS, PAD
+from mt.config import BOS, EOS, PAD
 
 log = logging.getLogger(__name__)
 

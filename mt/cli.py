@@ -49,8 +49,8 @@ EXIT_ON_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}  # the shell's 128 + signal num
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from mt.train import train
     from mt.training.distributed import stop
+    from mt.training.train import train
 
     overrides = [*args.set, *([f"train.init_from={args.init_from}"] if args.init_from else [])]
     cfg = load_config(args.config, overrides)
@@ -166,7 +166,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from mt.report import write_report
+    from mt.report.markdown import write_report
 
     _setup_logging()
     out, plots = write_report(args.runs, args.out, args.setting)
@@ -225,8 +225,8 @@ def _exit_code(e: Exception) -> int | None:
     """2 for input the user can fix, 1 for training that cannot go on, None for a bug."""
     if isinstance(e, UserError):
         return 2
-    from mt.train import TrainingError
     from mt.training.distributed import RankFailure  # imports torch: only on this path
+    from mt.training.train import TrainingError
 
     return 1 if isinstance(e, (TrainingError, RankFailure)) else None
 
@@ -259,11 +259,13 @@ def cmd_tune(args: argparse.Namespace) -> None:
 
 
 def _print_tuning(run: str | Path, tuning: dict) -> None:
+    from mt.metrics import PRIMARY
+
     c = tuning["chosen"]
     print(
         f"{run}: beam {c['beam']}, length penalty {c['length_penalty']:g}{chooser_text(c)} "
-        f"(val BLEU {c['bleu']:.2f}, length ratio {c['length_ratio']:.3f}; best of {len(tuning['tried'])} "
-        f"tried); the run now translates with them unless told otherwise",
+        f"(val {PRIMARY.label} {c[PRIMARY.key]:.2f}, length ratio {c['length_ratio']:.3f}; best of "
+        f"{len(tuning['tried'])} tried); the run now translates with them unless told otherwise",
         file=sys.stderr,
     )
 

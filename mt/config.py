@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from mt.decode_config import DecodeConfig, decoding
-from mt.metrics import BEST_METRICS, BLEU_TOKENIZERS, bleu_tokenizer
+from mt.metrics import BEST_METRICS, BLEU_TOKENIZERS, PRIMARY, bleu_tokenizer
 from mt.plumbing.config_yaml import apply_overrides, read_with_bases, read_yaml
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.files import write_text
@@ -78,6 +78,12 @@ class TokenizerConfig:
     from_run: str = ""  # a run directory whose spm.model this run uses (no BPE is learned); "" = learn one
 
 
+# The vocabulary's fixed ids, the contract between the tokenizer (which trains sentencepiece to them) and
+# the model, its loss and its search: here, in the config every side reads, so the model's layer knows
+# them without knowing the text's.
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     d_model: int = within(256, 8)
@@ -123,7 +129,7 @@ class TrainConfig:
     # validations without a best_metric gain before stopping; 0 = off
     patience: int = within(0, 0, resumable=True)
     # what best.pt and patience follow: a headline metric of mt.metrics in its direction, or val loss down
-    best_metric: str = choice("bleu", *BEST_METRICS)
+    best_metric: str = choice(PRIMARY.key, *BEST_METRICS)
     # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
     keep_last: int = within(0, 0, resumable=True)
     # at the end, write averaged.pt: the mean of the last N kept models
@@ -227,7 +233,7 @@ def check_config(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"data.{key}: {lang!r} is not a file suffix like 'de'")
     if cfg.data.src_lang == cfg.data.tgt_lang:
         raise ConfigError(f"data.src_lang and data.tgt_lang are both {cfg.data.src_lang!r}")
-    if cfg.train.device == "cpu":  # auto is checked once the device is known (mt.session)
+    if cfg.train.device == "cpu":  # auto is checked once the device is known (mt.training.session)
         check_precision(cfg.train.precision, "cpu")
     decoding(DecodeConfig(), dataclasses.asdict(cfg.decode))  # n_best <= beam, in the config's terms
     _check_lineage(cfg.train, cfg.tokenizer)

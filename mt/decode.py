@@ -12,10 +12,10 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from mt.config import BOS, EOS, PAD
 from mt.decode_config import DecodeConfig
 from mt.ensemble import Ensemble
 from mt.model import Seq2Seq
-from mt.tokenizer import BOS, EOS, PAD
 
 
 @dataclass

@@ -10,30 +10,16 @@ from pathlib import Path
 
 from mt.config import RunConfig
 from mt.data import load_split, read_parallel
-from mt.decode_config import TUNED
+from mt.devices import resolve_device
 from mt.metrics import corpus_scores
 from mt.model import Seq2Seq, count_parameters
 from mt.plumbing.files import write_text
 from mt.run.card import read_card, training_record, update_card
 from mt.run.checkpoint import load_checkpoint
 from mt.run.names import evaluation_name
+from mt.run.progress import progress_of
 from mt.run.provenance import code_version, config_section, hardware
-from mt.run.records import progress_of
-from mt.training.distributed import resolve_device
-from mt.training.tuning import tuned_setting
 from mt.translator import Translator
-
-
-def decodes_as_tuned(translator: Translator) -> bool:
-    """Whether an opened run translates as `mt tune` chose: its decode section untouched by options,
-    with the tuned options (`TUNED`: beam, length penalty, MBR, reranking), on the checkpoint tuned, no
-    ensemble. `mt evaluate` files such a result also as SPLIT-tuned (what `mt report` compares by
-    default); `mt serve`'s /info and page say so."""
-    chosen = tuned_setting(translator.run, translator.checkpoint)
-    decode = translator.decode
-    if translator.ensemble or not chosen or decode != translator.config.decode:
-        return False
-    return all(getattr(decode, key) == chosen[key] for key in TUNED if key in chosen)
 
 
 def lines_sha256(lines: list[str]) -> str:
@@ -71,21 +57,21 @@ def evaluate_run(translator: Translator, split: str = "test", files: tuple[str, 
         "decode": dataclasses.asdict(decode),
     }
     sections = {} if "training" in card else rebuilt_card(run_dir, cfg, translator.model)
-    keys = (key, f"{name}-tuned") if decodes_as_tuned(translator) else (key,)
-    written = write_result(run_dir, keys, result, hyps, ref, sections)
+    written = write_result(run_dir, key, result, hyps, ref, sections)
     return {**result, "key": key, "written": [str(p) for p in written]}
 
 
 def write_result(
-    run_dir: Path, keys: tuple[str, ...], result: dict, hyps: list[str], ref: list[str], sections: dict
+    run_dir: Path, key: str, result: dict, hyps: list[str], ref: list[str], sections: dict
 ) -> list[Path]:
-    """The evaluation's files (translations, references, eval-<key>.json, the first of `keys`) and the
-    card's result under each of `keys`, with the card's other `sections`."""
-    written = [run_dir / result["hyp_file"], run_dir / result["ref_file"], run_dir / f"eval-{keys[0]}.json"]
+    """The evaluation's files (translations, references, eval-<key>.json) and the card's result under
+    `key`, once (SPLIT-tuned names it where it is the run's own decoding: mt.run.folder.result_name),
+    with the card's other `sections`."""
+    written = [run_dir / result["hyp_file"], run_dir / result["ref_file"], run_dir / f"eval-{key}.json"]
     write_text(written[0], "".join(h + "\n" for h in hyps))
     write_text(written[1], "".join(r + "\n" for r in ref))
     write_text(written[2], json.dumps(result, indent=2) + "\n")
-    results = {**read_card(run_dir).get("results", {}), **{key: result for key in keys}}
+    results = {**read_card(run_dir).get("results", {}), key: result}
     update_card(run_dir, **sections, results=results)
     return written + [run_dir / "card.json"]
 

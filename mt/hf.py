@@ -29,12 +29,12 @@ from pathlib import Path
 
 import torch
 
-from mt.config import ModelConfig
+from mt.config import BOS, EOS, PAD, UNK, ModelConfig
 from mt.ct2.export import ByMt, Unsupported, first_unmapped
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError, RunDirError
-from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
+from mt.tokenizer import Tokenizer
 
 # How Transformers follows each ModelConfig field (`refuse_unmapped` refuses the others in one line)
 MODEL_FIELDS = {

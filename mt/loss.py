@@ -1,6 +1,6 @@
 """The training objective: label-smoothed cross entropy over non-pad target tokens (its gradient
-written out by hand: the loss is the largest single cost of a CPU training step at V = 8000), and the
-teacher-forced loss of a batch.
+written out by hand: the loss is the largest single cost of a CPU training step at V = 8000). A batch's
+teacher-forced loss is mt.training.step's `batch_loss`.
 """
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mt.batching import Batch
-from mt.tokenizer import PAD
+from mt.config import PAD
 
 CHUNK = 2**28  # logits at a time in fp32 when they come in bf16 or fp16 (1 GiB)
 
@@ -81,12 +80,3 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float) -> tuple
     if loss.is_cuda or torch.compiler.is_compiling():
         return loss.masked_fill(~real, 0.0).sum(), nll.masked_fill(~real, 0.0).sum()
     return loss[real].sum(), nll[real].sum()  # on CPU, the summation order mt's figures were measured with
-
-
-def batch_loss(model: torch.nn.Module, batch: Batch, epsilon: float) -> tuple[Tensor, Tensor]:
-    """Summed label-smoothed loss and NLL of a batch's target tokens, teacher-forced, over the output
-    layer's pieces (model.output_pieces: the smoothing spreads over those); `model` may be wrapped in
-    DistributedDataParallel."""
-    logits = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)  # (B, T, V')
-    target = getattr(model, "module", model).output_ids(batch.tgt_out)  # (B, T) output positions
-    return label_smoothed_loss(logits.flatten(0, 1), target.flatten(), epsilon)

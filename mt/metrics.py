@@ -103,7 +103,16 @@ METRICS = (
 )
 HEADLINE = tuple(m for m in METRICS if m.headline)
 BY_KEY = {m.key: m for m in METRICS}
+# The headline of the headlines, named here once: what tune chooses by, the report stars, the training
+# log calls best, the curves plot, and train.best_metric follows unless told otherwise.
+PRIMARY = BY_KEY["bleu"]
 BEST_METRICS = (*(m.key for m in HEADLINE), "loss")  # what train.best_metric may follow: val loss or a score
+
+
+def best_of(rows: list, score: Callable = lambda row: row[PRIMARY.key]) -> list:
+    """The rows with the best PRIMARY score (`score(row)`), in its direction: ties share it."""
+    top = (max if PRIMARY.higher_is_better else min)(map(score, rows))
+    return [row for row in rows if score(row) == top]
 
 
 def improves(key: str, score: float, best: float | None) -> bool:
@@ -124,15 +133,16 @@ def corpus_scores(
     *references: list[str],
     tokenize: str,
     sources: list[str] | None = None,
-    metrics=METRICS,
+    metrics: tuple[Metric, ...] = (),
 ) -> dict:
     """Each metric's corpus score and signature, the sentence count, and the length ratio
     (hypothesis / reference tokens, BLEU's count, in `tokenize`'s tokens). Each of `references` is one
     reference stream; `sources` (line-aligned) go to the metrics that read them, which are left out
     without them; `tokenize` is BLEU's tokenizer, always named (`bleu_tokenizer` of the target language,
-    a run's `config.bleu_tokenize`): 13a would score Chinese by whole sentences."""
+    a run's `config.bleu_tokenize`): 13a would score Chinese by whole sentences. `metrics`: these only
+    (default: every one of METRICS, read at the call)."""
     scores, signatures, ratio = {}, {}, None
-    for metric in metrics:
+    for metric in metrics or METRICS:
         if metric.reads_sources and sources is None:
             continue
         scorer = metric.make(tokenize)

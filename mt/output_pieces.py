@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from mt.tokenizer import BOS, EOS, PAD, UNK
+from mt.config import BOS, EOS, PAD, UNK
 
 SPECIALS = (PAD, UNK, BOS, EOS)
 

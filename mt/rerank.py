@@ -35,6 +35,7 @@ import torch
 from mt.config import RunConfig
 from mt.decode import length_penalty
 from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, DecodeConfig, reverse_runs
+from mt.metrics import best_of
 from mt.model import Seq2Seq
 from mt.plumbing.errors import RunDirError
 from mt.run.folder import load_run
@@ -280,7 +281,7 @@ def choices(mbr: bool, rerank: str) -> Callable:
         model: Seq2Seq, tokenizer: Tokenizer, cfg: RunConfig, src: list[str], tried: list[dict]
     ) -> Found:
         rows = [t for t in tried if t["beam"] == POOL_BEAM]
-        alpha = max(rows, key=lambda t: t["bleu"])["length_penalty"] if rows else cfg.decode.length_penalty
+        alpha = best_of(rows)[0]["length_penalty"] if rows else cfg.decode.length_penalty
         device, found = next(model.parameters()).device, []
         for beam in RERANK_BEAMS if rerank else (POOL_BEAM,):
             base = replace(cfg.decode, beam=beam, length_penalty=alpha, n_best=1)

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 import torch
 
 from mt.batching import make_batch, token_batches
+from mt.config import UNK
 from mt.decode import length_penalty
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.plumbing.errors import DataError
-from mt.tokenizer import UNK, Tokenizer
+from mt.tokenizer import Tokenizer
 
 
 @dataclass

@@ -18,11 +18,11 @@ from typing import Iterable, Iterator
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
+from mt.config import BOS, EOS, PAD, UNK
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.plumbing.files import write_bytes
 from mt.plumbing.script import starts_word
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # sentencepiece's training threads are written into spm.model (its trainer_spec), though not into its
 # pieces (the same on Multi30k at 1, 2 and 4 threads): one fixed number, whatever the machine's cores,
 # keeps the same corpus's spm.model the same bytes and sha256 everywhere (tokenizer.from_run,

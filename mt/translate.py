@@ -16,11 +16,12 @@ from typing import Callable, Iterator, Protocol
 import torch
 
 from mt.batching import source_batch, token_batches
+from mt.config import PAD
 from mt.data import normalize
 from mt.decode import Ensemble, Hypothesis, search
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
-from mt.tokenizer import PAD, Tokenizer
+from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,6 @@ def search_lines(
     max_source_pieces: int | None = None,
     prefixes: list[str] | None = None,
     draw: int = 0,
-    scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """Decode raw lines with greedy (cfg.beam == 1) or beam search: cfg.n_best hypotheses per line,
     on the device the model is on.
@@ -91,8 +91,8 @@ def search_lines(
     longer than `max_source_pieces` (and the model's positions) is translated in parts, with a
     warning; its parts' 1-best translations are joined into its one hypothesis. `prefixes` (one per
     line, "" for none): each line's translation starts with that text's pieces (its first part's).
-    Sampling with cfg.n_best N draws N translations of each line (`_draws`). `scores=False`: only the
-    text is used, so an engine may leave the scores out (NaN; CTranslate2's greedy search).
+    Sampling with cfg.n_best N draws N translations of each line (`_draws`). A model from `text_only`
+    may leave the scores out (NaN; CTranslate2's greedy search).
     """
     if cfg.sample and cfg.n_best > 1:
         return _draws(model, tokenizer, lines, cfg, use_cache, max_source_pieces, prefixes)
@@ -112,7 +112,7 @@ def search_lines(
     batches = [
         ([parts[g] for g in gr], [part_prefix[g] for g in gr], [seeds[g] for g in gr]) for gr in groups
     ]
-    for group, hyps in zip(groups, _search_groups(model, batches, cfg, use_cache, scores)):
+    for group, hyps in zip(groups, _search_groups(model, batches, cfg, use_cache)):
         for g, h in zip(group, hyps):
             found[g] = h
     model.train(was_training)
@@ -151,12 +151,11 @@ def _search_groups(
     batches: list[tuple[list[list[int]], list[list[int]], list[int]]],
     cfg: DecodeConfig,
     use_cache: bool,
-    scores: bool,
 ) -> Iterator[list[list[Hypothesis]]]:
     """Batches of (sources, forced target prefixes, sampling seeds), piece ids, searched by either
     engine; CTranslate2 gets them all at once."""
     if hasattr(model, "search_groups"):  # an Engine
-        yield from model.search_groups([(parts, prefixes) for parts, prefixes, _ in batches], cfg, scores)
+        yield from model.search_groups([(parts, prefixes) for parts, prefixes, _ in batches], cfg)
         return
     device = weights_device(model)
     for parts, prefixes, seeds in batches:
@@ -179,6 +178,12 @@ def _pad(rows: list[list[int]]) -> torch.Tensor:
     return out
 
 
+def text_only(model: Seq2Seq | Engine) -> Seq2Seq | Engine:
+    """The model for a caller that reads only the text (translate_lines, so evaluate, tune and
+    validation): an engine that can leave the scores out does (`Ct2Model.text_only`)."""
+    return model.text_only() if hasattr(model, "text_only") else model
+
+
 def translate_lines(
     model: Seq2Seq,
     tokenizer: Tokenizer,
@@ -189,7 +194,7 @@ def translate_lines(
 ) -> list[str]:
     """Translate raw lines; returns exactly len(lines) lines (the 1-best) in input order."""
     found = search_lines(
-        model, tokenizer, lines, cfg, max_source_pieces=max_source_pieces, prefixes=prefixes, scores=False
+        text_only(model), tokenizer, lines, cfg, max_source_pieces=max_source_pieces, prefixes=prefixes
     )
     return as_written(tokenizer.decode([hyps[0].tokens for hyps in found]), prefixes, tokenizer)
 

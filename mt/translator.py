@@ -40,6 +40,7 @@ from mt.ct2.engine import Ct2Model, engine_for
 from mt.ct2.export import export_model
 from mt.decode import Ensemble
 from mt.decode_config import KEYWORD, DecodeConfig, Spelling, decoding
+from mt.devices import resolve_device
 from mt.hf import export_hf, model_card
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
@@ -51,7 +52,6 @@ from mt.run.folder import checkpoint_path, load_run
 from mt.score import Scored, score_lines
 from mt.sentences import join_lines, join_texts, sentences_of, splitter
 from mt.tokenizer import Tokenizer
-from mt.training.distributed import resolve_device
 from mt.translate import translate_lines, translate_nbest
 
 # the searcher is built for the engine and compute type, and decode.rerank's runs are opened

@@ -26,7 +26,7 @@ from measure import decoding_flags, open_run, scores, split_of, timed
 
 from mt.ct2.engine import Ct2Model
 from mt.run.names import evaluation_name
-from mt.translate import search_lines
+from mt.translate import search_lines, text_only
 
 
 def main() -> None:
@@ -56,9 +56,8 @@ def main() -> None:
     src, ref = split_of(translator, args.split)
 
     def search(lines: list[str], use_cache: bool = True) -> list:
-        return search_lines(  # where the model is: on its device
-            model, tokenizer, lines, decode, use_cache=use_cache, scores=args.with_scores
-        )
+        searched = model if args.with_scores else text_only(model)
+        return search_lines(searched, tokenizer, lines, decode, use_cache=use_cache)  # on the model's device
 
     timed(lambda: search(src[:50]), device)  # warm up allocator and kernels
     seconds, found = timed(lambda: search(src), device)

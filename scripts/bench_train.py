@@ -9,7 +9,7 @@ How a row is timed: the config's bench corpus (the sentences of the first --step
 made once here and shared by every row) is planned into an epoch of token-budget batches; every batch
 shape of that epoch gets one untimed update (warming caches, cuDNN plans and compiled graphs), then
 the whole epoch is timed as `mt train` runs it: batches padded and (on a GPU) pinned by the prefetch
-thread of mt.batching.BatchStream, `train.accumulate` batches an update, mt.step.train_step. Rows run
+thread of mt.batching.BatchStream, `train.accumulate` batches an update, mt.training.step.train_step. Rows run
 in alternating order (A B C, C B A, ...) --repeats times; the table gives each row's median, its
 min-max and spread ((max - min) / median).
 
@@ -47,14 +47,14 @@ from train_profile import family_table, labelled, op_families  # noqa: E402
 import mt.loss  # noqa: E402
 from mt.batching import Pairs  # noqa: E402
 from mt.config import load_config  # noqa: E402
+from mt.devices import native_precisions, resolve_device, set_precision  # noqa: E402
 from mt.generated import synthetic  # noqa: E402
 from mt.model import Seq2Seq  # noqa: E402
 from mt.output_pieces import target_pieces  # noqa: E402
-from mt.step import inverse_sqrt_lr, train_step  # noqa: E402
 from mt.training import corpus  # noqa: E402
 from mt.training.compute import forward_multiply_adds  # noqa: E402
-from mt.training.distributed import native_precisions, resolve_device, set_precision  # noqa: E402
 from mt.training.epochs import BatchStream, epoch_plan  # noqa: E402
+from mt.training.step import inverse_sqrt_lr, train_step  # noqa: E402
 
 # dense tensor-core (fp32: CUDA-core) peaks in TFLOP/s, from NVIDIA's data sheets; by device name
 PEAKS = {
@@ -86,7 +86,7 @@ def bench_pairs(cfg, steps: int) -> tuple[Pairs, int, torch.Tensor]:
 
 
 def build(cfg, row: dict, vocab_size: int, pieces: torch.Tensor, device: torch.device):
-    """The row's model, its optimizer and grad scaler, as mt.session.learner makes them."""
+    """The row's model, its optimizer and grad scaler, as mt.training.session.learner makes them."""
     torch.manual_seed(cfg.train.seed)
     if row["model"] == "reference":
         from reference import ReferenceSeq2Seq

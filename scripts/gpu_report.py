@@ -115,8 +115,8 @@ def json_lines(text: str) -> list[dict]:
 def part_env(kit: Kit) -> dict:
     import torch
 
+    from mt.devices import native_precisions, resolve_device
     from mt.run.provenance import cpu_name
-    from mt.training.distributed import native_precisions, resolve_device
 
     device = resolve_device(kit.args.device)
     found = {
@@ -189,7 +189,7 @@ def part_cpu_suite(kit: Kit) -> dict:
 
 def part_bench(kit: Kit) -> dict:
     """scripts/bench_train.py over every config: mt and the reference, eager and (CUDA) compiled."""
-    from mt.training.distributed import resolve_device
+    from mt.devices import resolve_device
 
     on_cuda = resolve_device(kit.args.device).type == "cuda"
     out = kit.out / "bench.json"

@@ -21,7 +21,7 @@ from mt.config import load_config
 from mt.output_pieces import target_pieces
 from mt.run.checkpoint import load_checkpoint
 from mt.run.folder import load_run
-from mt.run.records import progress_of
+from mt.run.progress import progress_of
 from mt.training import corpus
 from mt.training.compute import training_multiply_adds
 from mt.training.epochs import BatchStream

@@ -1,5 +1,5 @@
 """How often `mt report`'s tests call two groups of one config significantly different (p < 0.05): the
-between-group test of mt.groups against today's single-run paired bootstrap (sacreBLEU's).
+between-group test of mt.report.groups against today's single-run paired bootstrap (sacreBLEU's).
 
     python scripts/seed_calibration.py runs/m30k-seed1 runs/m30k-seed2 runs/m30k-seed3 [--group 3] \\
         [--trials 400] [--resamples 200] [--out calibration.json]
@@ -11,7 +11,7 @@ The runs: R >= 2 seeds of one config, each evaluated on one test set (their own 
   plus a random combination of the seeds' deviations from it, weights N(0, 1 / (R - 1)), so that the
   replicas' covariance is the seeds' sample covariance, sentence by sentence and over the corpus), on a
   test set resampled from the real one each trial; two groups of --group replicas each, tested with
-  mt.groups.between_groups, and their first replicas with the single-run test.
+  mt.report.groups.between_groups, and their first replicas with the single-run test.
 - real: every split of the real seeds into two disjoint groups of --group (or as many as there are),
   and every pair of real seeds with the single-run test, on the test set as it is.
 
@@ -26,9 +26,9 @@ import json
 
 import torch
 
-from mt.groups import between_groups, group_statistics, resample_counts, score_of
 from mt.metrics import HEADLINE, signature_tokenizer
-from mt.report import load_runs
+from mt.report.groups import between_groups, group_statistics, resample_counts, score_of
+from mt.report.runs import load_runs
 
 ALPHA = 0.05
 

@@ -25,10 +25,10 @@ from mt.model import Seq2Seq
 from mt.run.folder import load_run
 from mt.serving.limits import ServeLimits
 from mt.serving.worker import Worker
-from mt.step import inverse_sqrt_lr, train_step
 from mt.tokenizer import train_tokenizer
-from mt.train import train
 from mt.training.epochs import BatchStream
+from mt.training.step import inverse_sqrt_lr, train_step
+from mt.training.train import train
 from mt.translate import translate_nbest
 from mt.translator import Translator
 

@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-import mt.train as T
+import mt.training.train as T
 
 OUT = sys.argv[1]
 real = T.count_update

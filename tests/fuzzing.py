@@ -173,7 +173,7 @@ def _train_config(config: Path, out: Path) -> Outcome:
     from unittest import mock
 
     finished = {"interrupted": "", "step": 0, "stopped": "", "tuning": None}
-    with mock.patch("mt.train.train", lambda cfg, run_dir, force_new=False: finished):
+    with mock.patch("mt.training.train.train", lambda cfg, run_dir, force_new=False: finished):
         return run_cli(["train", str(config), "--run-dir", str(out)])
 
 
@@ -497,7 +497,7 @@ def make_workspace(root: Path, corpus: Path) -> Workspace:
     set; then pin what the run measured (`pin_run`), so that the files are the same on every machine."""
     from mt.config import load_config
     from mt.evaluate import evaluate_run
-    from mt.train import train
+    from mt.training.train import train
     from mt.translator import Translator
 
     configs = root / "configs"

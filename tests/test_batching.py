@@ -16,7 +16,7 @@ from mt.batching import (
     source_batch,
     token_batches,
 )
-from mt.tokenizer import BOS, EOS, PAD
+from mt.config import BOS, EOS, PAD
 from mt.training.epochs import BatchStream, epoch_plan, fill_ratio
 
 

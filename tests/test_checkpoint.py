@@ -15,7 +15,7 @@ from mt.config import RunConfig, config_to_dict, load_config
 from mt.model import Seq2Seq
 from mt.plumbing.errors import RunDirError
 from mt.run.checkpoint import rng_state, write_average
-from mt.train import train
+from mt.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 

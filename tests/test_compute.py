@@ -14,11 +14,11 @@ from mt.batching import Pairs, make_batch, source_batch
 from mt.config import ModelConfig
 from mt.decode import search
 from mt.decode_config import DecodeConfig
-from mt.loss import batch_loss
 from mt.model import Seq2Seq
 from mt.output_pieces import target_pieces
 from mt.training.compute import forward_multiply_adds, search_multiply_adds, training_multiply_adds
 from mt.training.epochs import BatchStream
+from mt.training.step import batch_loss
 
 
 @pytest.mark.parametrize("pieces", ["all", "target"])

@@ -28,7 +28,7 @@ from mt.metrics import corpus_scores
 from mt.model import Seq2Seq
 from mt.output_pieces import target_pieces
 from mt.plumbing.errors import ConfigError, RunDirError
-from mt.translate import search_lines, translate_lines
+from mt.translate import search_lines, text_only, translate_lines
 
 try:
     import ctranslate2 as ct2
@@ -133,11 +133,11 @@ def test_text_only_greedy_asks_for_no_scores_and_finds_the_same_text(
     engine = loaded(trained_export, trained_model, tokenizer)
     lines, prefixes = toy["test"][0][:60], ["the", "", "a big"] * 20
     scored = search_lines(engine, tokenizer, lines, DecodeConfig(), prefixes=prefixes)
-    text = search_lines(engine, tokenizer, lines, DecodeConfig(), prefixes=prefixes, scores=False)
+    text = search_lines(text_only(engine), tokenizer, lines, DecodeConfig(), prefixes=prefixes)
     assert [h[0].tokens for h in text] == [h[0].tokens for h in scored]
     assert all(math.isnan(h[0].logprob) and math.isnan(h[0].score) for h in text)
     assert not any(math.isnan(h[0].logprob) for h in scored)
-    beam = search_lines(engine, tokenizer, lines, DecodeConfig(beam=5), scores=False)  # mt ranks a beam
+    beam = search_lines(text_only(engine), tokenizer, lines, DecodeConfig(beam=5))  # mt ranks a beam
     assert beam == search_lines(engine, tokenizer, lines, DecodeConfig(beam=5))
 
 

@@ -14,12 +14,12 @@ import torch
 from conftest import TEXT_MODEL
 
 from mt.batching import source_batch
+from mt.config import BOS, EOS
 from mt.decode import Ensemble, Hypothesis, Sampler, beam_search, greedy_decode, length_penalty
 from mt.decode_config import COMMAND_LINE, REQUEST, DecodeConfig, decoding
 from mt.kv_cache import KVCache
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
-from mt.tokenizer import BOS, EOS
 from mt.translate import search_lines
 
 

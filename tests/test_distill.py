@@ -19,8 +19,8 @@ from mt.distill import distill
 from mt.plumbing.errors import DataError
 from mt.plumbing.files import file_sha256
 from mt.run.folder import load_run
-from mt.train import train
 from mt.training.compute import search_multiply_adds
+from mt.training.train import train
 from mt.translate import translate_lines
 from mt.translator import Translator
 

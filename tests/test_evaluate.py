@@ -15,7 +15,7 @@ from mt.evaluate import evaluate_run
 from mt.generated.toy import toy_corpus
 from mt.metrics import corpus_scores
 from mt.run.folder import load_run
-from mt.train import train
+from mt.training.train import train
 from mt.translate import translate_lines
 from mt.translator import Translator
 

@@ -18,8 +18,8 @@ from conftest import ROOT, file_hashes, metrics, run_main, sets
 from mt.config import load_config
 from mt.plumbing import files
 from mt.plumbing.errors import WriteError
-from mt.run import folder
-from mt.train import train
+from mt.run import folder, metrics_log
+from mt.training.train import train
 
 TOO_LARGE = (
     "cannot write (File too large); the file is larger than this process may write (ulimit -f); "
@@ -163,7 +163,7 @@ def test_a_log_line_that_cannot_be_written_stops_training(tiny, tmp_path, monkey
     run_dir = tmp_path / "run"
     cfg = load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=8"])
     if writer == "metrics.jsonl":
-        monkeypatch.setattr(folder, "open", failing_after(1), raising=False)
+        monkeypatch.setattr(metrics_log, "open", failing_after(1), raising=False)
     else:
         monkeypatch.setattr(
             folder.RunLogHandler, "_open", lambda self: failing_after(3)(self.baseFilename, "a")
@@ -219,7 +219,7 @@ def test_a_run_directory_that_may_not_be_written_is_one_line_and_left_as_it_was(
 
 @pytest.mark.slow
 def test_a_run_directory_that_vanishes_mid_run_stops_training_in_one_line(tiny, tmp_path, monkeypatch):
-    from mt import train as training
+    from mt.training import train as training
 
     run_dir, real = tmp_path / "run", training.validate
 

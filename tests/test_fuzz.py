@@ -17,7 +17,7 @@ import pytest
 from fuzzing import DAMAGE, READERS, STRUCTURED, damage, make_workspace
 from hypothesis import HealthCheck, given, settings
 
-from mt.curves import curve_points
+from mt.report.curves import curve_points
 
 EXAMPLES = int(os.environ.get("MT_FUZZ_EXAMPLES") or 25)
 
@@ -56,7 +56,7 @@ def test_every_key_damaged_is_read_or_refused_in_one_line(workspace, reader):
     no field); the random damage above draws."""
     valid, read = READERS[reader]
     cases = STRUCTURED[reader](valid(workspace))
-    with mock.patch("mt.report.plot_curves", lambda runs, path, groups=(): curve_points(runs)):
+    with mock.patch("mt.report.markdown.plot_curves", lambda runs, path, groups=(): curve_points(runs)):
         outcomes = {what: read(workspace, data) for what, data in cases}
     failures = [f"{what}: {o.problem()}" for what, o in outcomes.items() if o.problem()]
     assert failures == [], f"{reader}: {len(failures)} of {len(cases)} cases: {failures[:5]}"

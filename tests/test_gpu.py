@@ -12,8 +12,8 @@ from mt.config import ModelConfig, TrainConfig, load_config
 from mt.decode import beam_search, greedy_decode
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
-from mt.step import train_step
-from mt.train import train
+from mt.training.step import train_step
+from mt.training.train import train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""mt/groups.py: runs grouped by config without train.seed, and the test between two groups (seeds'
+"""mt/report/groups.py: runs grouped by config without train.seed, and the test between two groups (seeds'
 spread and the test sentences' sampling), checked against hand computations."""
 
 import json
@@ -17,9 +17,9 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from mt.config import load_config, read_saved_config
-from mt.curves import band_points
 from mt.evaluate import evaluate_run
-from mt.groups import (
+from mt.report.curves import band_points
+from mt.report.groups import (
     between_groups,
     group_label,
     resample_counts,
@@ -27,8 +27,9 @@ from mt.groups import (
     sentence_statistics,
     two_sided_p,
 )
-from mt.report import load_runs, write_report
-from mt.train import train
+from mt.report.markdown import write_report
+from mt.report.runs import load_runs
+from mt.training.train import train
 from mt.translator import Translator
 
 sys.path.insert(0, str(ROOT / "scripts"))

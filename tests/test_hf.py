@@ -15,7 +15,7 @@ from mt.cli import main
 from mt.config import load_config
 from mt.hf import MODEL_FIELDS, permuted
 from mt.model import sinusoidal_positions
-from mt.train import train
+from mt.training.train import train
 from mt.translator import Translator
 
 transformers = pytest.importorskip("transformers")

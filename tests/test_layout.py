@@ -28,6 +28,7 @@ LAYERS = {
         "generated.synthetic",
         "data",
         "batching",
+        "devices",
         "kv_cache",
         "output_pieces",
         "model",
@@ -39,9 +40,11 @@ LAYERS = {
     "The run folder": [
         "run.names",
         "run.records",
+        "run.progress",
         "run.provenance",
         "run.card",
         "run.checkpoint",
+        "run.metrics_log",
         "run.folder",
         "run.resume",
         "run.parent",
@@ -53,11 +56,11 @@ LAYERS = {
         "training.epochs",
         "training.compute",
         "training.distributed",
+        "training.step",
         "training.validation",
         "training.tuning",
-        "step",
-        "session",
-        "train",
+        "training.session",
+        "training.train",
     ],
     "Using a run": [
         "sentences",
@@ -70,9 +73,10 @@ LAYERS = {
         "translator",
         "distill",
         "evaluate",
-        "curves",
-        "groups",
-        "report",
+        "report.runs",
+        "report.curves",
+        "report.groups",
+        "report.markdown",
     ],
     "Serving": ["serving.limits", "serving.worker", "serving.requests", "serving.app"],
     "The command line": ["arguments", "cli"],
@@ -113,8 +117,9 @@ def test_every_module_is_ranked():
     assert modules() == set(ORDER)
 
 
-def test_the_style_guides_order_holds():
-    """The style guide's chain, read from the code: no module in it reaches one to its right."""
+def test_the_one_way_chain_holds():
+    """The chain the guide names (docs/guide.md, "Where the code starts"), read from the code: no module in
+    it reaches one to its right."""
     guide = [
         "config",
         "tokenizer",
@@ -124,15 +129,15 @@ def test_the_style_guides_order_holds():
         "ct2.export",
         "ct2.engine",
         "translate",
-        "train",
+        "training.train",
         "evaluate",
-        "report",
+        "report.markdown",
         "cli",
     ]
     for i, name in enumerate(guide):  # through any chain of imports, not only directly
         reached = reachable(name) & set(guide[i + 1 :])
-        assert not reached, f"mt/{name}.py reaches {sorted(reached)}, to its right in the style guide"
-    assert not mt_imports(PACKAGE / "train.py") & {"evaluate", "report", "cli"}
+        assert not reached, f"mt/{name}.py reaches {sorted(reached)}, to its right in the chain"
+    assert not mt_imports(PACKAGE / "training" / "train.py") & {"evaluate", "report.markdown", "cli"}
 
 
 def reachable(name: str) -> set[str]:
@@ -166,13 +171,13 @@ def test_the_readme_map_is_the_tree():
 
 
 def test_folders_are_layers():
-    """A folder of mt/ holds modules of one layer: all of it (plumbing, run, serving), or a group within
-    it (generated in the core, training's infrastructure beside the loop, ct2 among the users of a run)."""
-    for folder in ("plumbing", "generated", "run", "training", "ct2", "serving"):
+    """A folder of mt/ holds modules of one layer: all of it (plumbing, run, training, serving), or a
+    group within it (generated in the core, ct2 and report among the users of a run)."""
+    for folder in ("plumbing", "generated", "run", "training", "ct2", "report", "serving"):
         owners = [name for name, layer in LAYERS.items() if any(m.startswith(folder + ".") for m in layer)]
         in_folder = {m for m in modules() if m.startswith(folder + ".")}
         assert len(owners) == 1 and in_folder <= set(LAYERS[owners[0]]), folder
-        if folder in ("plumbing", "run", "serving"):
+        if folder in ("plumbing", "run", "training", "serving"):
             assert in_folder == set(LAYERS[owners[0]]), folder
 
 
@@ -185,8 +190,38 @@ def test_dependencies_point_one_way():
 def test_model_knows_only_torch_and_its_config():
     assert mt_imports(PACKAGE / "model.py") == {"config", "kv_cache", "output_pieces"}
     assert mt_imports(PACKAGE / "kv_cache.py") == set()
-    assert mt_imports(PACKAGE / "decode.py") <= {"decode_config", "ensemble", "model", "tokenizer"}
-    assert mt_imports(PACKAGE / "output_pieces.py") == {"tokenizer"}
+    assert mt_imports(PACKAGE / "decode.py") <= {"config", "decode_config", "ensemble", "model"}
+    assert mt_imports(PACKAGE / "output_pieces.py") == {"config"}
+
+
+# The text's side of the core (pieces, corpora, batches) and the model's (tensors of ids): the model's
+# side takes its special ids from config and its batches as tensors, so it decodes and trains without
+# the text's files.
+TEXT = {"tokenizer", "generated.toy", "generated.synthetic", "data", "batching"}
+MODEL = {"devices", "kv_cache", "output_pieces", "model", "loss", "ensemble", "decode"}
+
+
+# Training is below nothing that only uses a run: outside mt/training/ only the command line imports it,
+# and one module, named here with its reason.
+TRAINING_USERS = {
+    "distill": "a distilled corpus's compute is counted as a training's is (mt.training.compute), so a "
+    "student's card carries its teacher's translating",
+}
+
+
+def test_only_the_command_line_imports_training():
+    for name in ORDER:
+        if name.startswith("training.") or name in ("arguments", "cli", *TRAINING_USERS):
+            continue
+        training = sorted(m for m in mt_imports(source(name)) if m.startswith("training."))
+        assert not training, f"mt/{name}.py imports {training}"
+
+
+def test_the_model_layer_imports_nothing_of_the_text_layer():
+    for name in sorted(MODEL):
+        assert not mt_imports(source(name)) & TEXT, (
+            f"mt/{name}.py imports {sorted(mt_imports(source(name)) & TEXT)}"
+        )
 
 
 def function_lengths() -> dict[str, int]:
@@ -200,13 +235,13 @@ def function_lengths() -> dict[str, int]:
     return found
 
 
-# Functions read best whole beyond 50 formatted lines, each with the reason (the style guide's own
-# yardstick for a search is about 100 lines).
+# Functions read best whole beyond 50 formatted lines, each with the reason (a search reads whole at
+# about 100 lines).
 LONGER = {
     "decode.greedy_decode": (70, "a search read top to bottom, one step a loop"),
-    "decode.beam_search": (100, "the style guide's budget for beam search, its per-step helpers split out"),
+    "decode.beam_search": (100, "a search read whole, its per-step helpers split out"),
     "step.train_step": (65, "one optimizer update, micro-batches to host sync, read top to bottom"),
-    "train.train": (60, "the one visible training loop the style guide asks for"),
+    "train.train": (60, "the one visible training loop, read whole"),
 }
 
 
@@ -215,7 +250,7 @@ LONGER_FILES: dict[str, tuple[int, str]] = {}
 
 
 def test_size_budgets():
-    """The style guide's budgets, counted in formatted lines: files of at most 400 lines (or their
+    """The size budgets, counted in formatted lines: files of at most 400 lines (or their
     budget in LONGER_FILES), functions of at most 50 (or their budget in LONGER)."""
     for path in [*PACKAGE.glob("*.py"), *PACKAGE.glob("*/*.py")]:
         assert len(path.read_text().splitlines()) <= LONGER_FILES.get(path.name, (400,))[0], path.name
@@ -223,9 +258,11 @@ def test_size_budgets():
     assert too_long == {}
 
 
-# The house's size aims, held here: mt/ at most 35 entries at its top (modules and folders), at most 3
-# modules over 350 lines, the core at most 16 modules and 3,300 lines (what a newcomer reads first),
-# and a function takes 7 or more parameters only where listed with its reason.
+# The house's size aims, held here with room: mt/ at most 32 entries at its top (modules and folders), at
+# most 2 modules over 350 lines, the core at most 16 modules, and its first read (README: the generated
+# corpora are skipped on a first read) at most 3,000 lines; a function takes 7 or more parameters only
+# where listed with its reason, at most 8 of them.
+FIRST_READ_SKIPS = ("generated.toy", "generated.synthetic")
 MANY_PARAMETERS = {
     "model.forward": "a decoder layer's pass: input, memory, both masks, the cache, its layer, causal",
     "step.train_step": "one update: model, optimizer, micro-batches, config, lr; scaler, device, ranks, stop",
@@ -235,7 +272,6 @@ MANY_PARAMETERS = {
     "translate.search_lines": "every caller's options of one search over lines, each a keyword",
     "decode.greedy_decode": "beam_search's inputs, plus the choice of token that sampling swaps in",
     "decode.search": "the one entry to every search: its inputs, prefixes and sampling's seeds",
-    "folder.open_run_dir": "the first writes of a run: where, what, resumed or new, its log and board",
 }
 
 
@@ -249,12 +285,14 @@ def top_level_entries() -> list[str]:
 
 
 def test_the_house_keeps_its_size_aims():
-    assert len(top_level_entries()) <= 35, top_level_entries()
+    assert len(top_level_entries()) <= 32, top_level_entries()
     long_modules = {name for name in ORDER if len(source(name).read_text().splitlines()) > 350}
-    assert len(long_modules) <= 3, sorted(long_modules)
+    assert len(long_modules) <= 2, sorted(long_modules)
     core = LAYERS["The translator's core"]
     assert len(core) <= 16
-    assert sum(len(source(name).read_text().splitlines()) for name in core) <= 3300
+    first_read = [name for name in core if name not in FIRST_READ_SKIPS]
+    assert sum(len(source(name).read_text().splitlines()) for name in first_read) <= 3000
+    assert len(MANY_PARAMETERS) <= 8
     assert parameter_counts() == {
         name: n for name, n in parameter_counts().items() if name in MANY_PARAMETERS
     }

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from mt.config import PAD
 from mt.loss import label_smoothed_loss
-from mt.tokenizer import PAD
 
 
 def test_loss_matches_hand_computation():

@@ -1,9 +1,20 @@
 """mt/metrics.py: the one list of metrics, each scored with a signature."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+import sacrebleu
+from conftest import metrics, table
 
 from mt.metrics import METRICS, bleu_tokenizer, corpus_scores, signature_tokenizer
 from mt.plumbing.errors import ConfigError
+from mt.run.card import read_card
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_metric_gives_a_score_and_a_signature():
@@ -70,3 +81,51 @@ def test_chinese_bleu_counts_characters_where_13a_sees_one_word_a_sentence():
         and signature_tokenizer("nrefs:1|case:mixed") == "13a"
     )
     assert signature_tokenizer("nrefs:1|case:mixed|eff:no|tok:ja-mecab-0.996-IPA|smooth:exp") == "ja-mecab"
+
+
+def test_a_new_lower_is_better_primary_metric_is_validated_carded_tuned_on_reported_and_plotted(
+    tiny, tmp_path
+):
+    """tests/metric_driver.py adds a throwaway metric to mt.metrics's table, lower better, and makes it
+    PRIMARY: training validates it and keeps its lowest as best, the card and metrics.jsonl hold it
+    (checked by their records), `mt tune` chooses by it, `mt report` stars its lowest and tests it, and
+    the curves plot it. Nothing else of mt changes for it."""
+    run = tmp_path / "run"
+    sets = ["train.max_steps=8", "train.tune=true", "model.dropout=0.0"]
+
+    def mt(*args: str, **env: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "tests" / "metric_driver.py"), *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stderr
+
+    mt("train", "configs/toy.yaml", "--run-dir", str(run), *(f"--set={s}" for s in tiny + sets))
+    validations = [row for row in metrics(run) if "val_words_off" in row]
+    assert [row["step"] for row in validations] == [4, 8]
+    card = read_card(run)  # the records' checks run on it, words_off's fields among them
+    training, tuning = card["training"], card["tuning"]
+    assert training["best_metric"] == "words_off"
+    assert training["best_val_words_off"] == min(row["val_words_off"] for row in validations)
+    assert tuning["chosen"]["words_off"] == min(tried["words_off"] for tried in tuning["tried"])
+    for beam in ("1", "2"):
+        mt("evaluate", "--run", str(run), "--device", "cpu", "--beam", beam, "--length-penalty", "1")
+    results = read_card(run)["results"]
+    assert results["test"]["words_off_signature"] == "nrefs:1|unit:words|version:" + sacrebleu.__version__
+    out, curves = tmp_path / "r.md", tmp_path / "curves.json"
+    rows = [f"{run}@test", f"{run}@test-beam2"]
+    mt("report", *rows, "--out", str(out), CURVES=json.dumps(rows[:1]), CURVES_OUT=str(curves))
+    cells = {row["run"].rstrip(" ★"): row for row in table(out.read_text())}
+    lowest = min(results[key]["words_off"] for key in ("test", "test-beam2"))
+    for key in ("test", "test-beam2"):
+        row = cells[f"run@{key}"]
+        assert row["words off"] == f"{results[key]['words_off']:.2f}"
+        assert row["run"].endswith(" ★") == (results[key]["words_off"] == lowest)
+    assert "words off p" in cells["run@test-beam2"]
+    steps, scores = json.loads(curves.read_text())[0]
+    assert (steps, scores) == ([4, 8], [row["val_words_off"] for row in validations])

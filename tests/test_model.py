@@ -5,11 +5,10 @@ import pytest
 import torch
 
 from mt.batching import make_batch
-from mt.config import FREEZABLE, ModelConfig
+from mt.config import BOS, FREEZABLE, PAD, ModelConfig
 from mt.kv_cache import KVCache
-from mt.loss import batch_loss
 from mt.model import Dropout, Seq2Seq, decoder_self_mask
-from mt.tokenizer import BOS, PAD
+from mt.training.step import batch_loss
 
 
 def test_decoder_self_mask_is_causal_and_hides_padding():

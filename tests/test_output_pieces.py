@@ -12,16 +12,15 @@ import torch.nn.functional as F
 from conftest import ROOT, TEXT_MODEL, needs_multi30k
 
 from mt.batching import make_batch
-from mt.config import load_config
+from mt.config import EOS, PAD, UNK, load_config
 from mt.data import load_split
 from mt.decode_config import DecodeConfig
-from mt.loss import batch_loss
 from mt.model import Seq2Seq
 from mt.output_pieces import target_pieces
 from mt.score import score_lines, score_pairs
-from mt.tokenizer import EOS, PAD, UNK
-from mt.train import train
 from mt.training.corpus import learn_tokenizer
+from mt.training.step import batch_loss
+from mt.training.train import train
 from mt.training.validation import make_validation
 from mt.translate import search_lines
 from mt.translator import Translator

@@ -10,15 +10,15 @@ import pytest
 import torch
 from conftest import ROOT, file_hashes, metrics, run_main, sets, weights
 
-from mt.config import load_config
-from mt.loss import batch_loss
+from mt.config import PAD, load_config
 from mt.model import Seq2Seq
 from mt.run.card import read_card
 from mt.run.parent import parse_init_from
-from mt.tokenizer import PAD, Tokenizer
-from mt.train import train
+from mt.tokenizer import Tokenizer
 from mt.training import corpus
 from mt.training.epochs import BatchStream
+from mt.training.step import batch_loss
+from mt.training.train import train
 
 CHILD = ["model.dropout=0.0", "train.log_every=1", "train.valid_every=2", "train.lr=1e-3"]
 

@@ -10,16 +10,8 @@ import torch
 
 from mt.metrics import BEST_METRICS, BY_KEY
 from mt.plumbing.schema import build
-from mt.run.records import (
-    Card,
-    Checkpoint,
-    Progress,
-    Result,
-    Training,
-    current_progress,
-    metrics_row_problem,
-    problem,
-)
+from mt.run.progress import Checkpoint, Progress, current_progress
+from mt.run.records import Card, Result, Training, metrics_row_problem, problem
 
 
 def test_metrics_rows_are_told_apart_by_their_kind():
@@ -88,7 +80,7 @@ def test_what_mt_writes_fits_its_records(tiny, tmp_path):
     """A trained and evaluated run: its card, every eval-*.json, metrics line and checkpoint fit."""
     from mt.cli import main
     from mt.config import load_config
-    from mt.train import train
+    from mt.training.train import train
 
     run = tmp_path / "run"
     train(

@@ -1,4 +1,4 @@
-"""mt/report.py: `mt report` (rows, differing keys, paired bootstrap, refusals, plots) over runs' cards."""
+"""mt/report/: `mt report` (rows, differing keys, paired bootstrap, refusals, plots) over runs' cards."""
 
 import json
 import shutil
@@ -10,18 +10,12 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from mt.cli import main
-from mt.curves import plot_curves
 from mt.evaluate import evaluate_run
 from mt.metrics import METRICS
 from mt.plumbing.errors import ConfigError
-from mt.report import (
-    Run,
-    _p,
-    _run_line,
-    _verdict,
-    load_runs,
-    write_report,
-)
+from mt.report.curves import plot_curves
+from mt.report.markdown import _p, _run_line, _verdict, write_report
+from mt.report.runs import Run, load_runs
 from mt.translator import Translator
 
 
@@ -110,9 +104,9 @@ def test_one_run_compares_two_of_its_evaluations(two_runs, tmp_path, capsys):
 
 def test_report_compares_each_run_at_its_own_decoding_by_default(run, tmp_path, capsys):
     """`mt report A B` with no flags, on runs as `mt train` and `mt evaluate` leave them: a run tuned on
-    val, whose evaluation is filed as test-beam2-lp1.5 and test-tuned (no `test`), against an untuned
-    one (`test`). A run not evaluated since its tuning is refused, with the results it has. Quick (the
-    shared 4-update run): the report's default is what a user meets first (issue 80)."""
+    val, whose evaluation is filed once, as test-beam2-lp1.5, which test-tuned names (no `test`),
+    against an untuned one (`test`). A run not evaluated since its tuning is refused, with the results
+    it has. Quick (the shared 4-update run): the report's default is what a user meets first (issue 80)."""
     untuned, tuned = run, tmp_path / "tuned"
     shutil.copytree(untuned, tuned)
     card = json.loads((tuned / "card.json").read_text())
@@ -124,21 +118,22 @@ def test_report_compares_each_run_at_its_own_decoding_by_default(run, tmp_path, 
     capsys.readouterr()
     assert main(["report", str(tuned), str(untuned), "--out", str(tmp_path / "r.md")]) == 2
     assert capsys.readouterr().err == (
-        f"mt: error: {tuned}: no 'test-tuned' result (the run's own decoding on test); run `mt evaluate "
-        f"--run {tuned} --split test` first, or compare a result (it has none yet) with --setting\n"
+        f"mt: error: {tuned}: no 'test-beam2-lp1.5' result (the run's own decoding on test); run "
+        f"`mt evaluate --run {tuned} --split test` first, or compare a result (it has none yet) with "
+        "--setting\n"
     )
     assert main(["evaluate", "--run", str(tuned), "--device", "cpu"]) == 0
     assert main(["report", str(tuned), str(untuned), "--out", str(tmp_path / "r.md")]) == 0
     text = (tmp_path / "r.md").read_text()
     assert text.startswith("# Comparing 2 runs on `test-tuned`, `test`\n")
     assert (
-        "Decoding: `tuned` beam 2, length penalty 1.5 (`test-tuned`: tuned on val); `run` beam 1, length "
-        "penalty 1.0 (`test`)."
+        "Decoding: `tuned` beam 2, length penalty 1.5 (`test-tuned`: `test-beam2-lp1.5`, tuned on val); "
+        "`run` beam 1, length penalty 1.0 (`test`)."
     ) in text
     rows = {row["run"].rstrip(" ★"): row for row in table(text)}
     results = json.loads((tuned / "card.json").read_text())["results"]
-    assert sorted(results) == ["test-beam2-lp1.5", "test-tuned"]
-    assert rows["tuned"]["BLEU"] == f"{results['test-tuned']['bleu']:.2f}"
+    assert sorted(results) == ["test-beam2-lp1.5"]
+    assert rows["tuned"]["BLEU"] == f"{results['test-beam2-lp1.5']['bleu']:.2f}"
     assert "- `run` vs `tuned`: BLEU " in text
     for each in (tuned, untuned):  # README's way to compare beam 5 across tuned runs
         assert (

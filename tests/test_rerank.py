@@ -17,8 +17,9 @@ from mt.evaluate import evaluate_run
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.rerank import Candidate, bleu_matrix, channel_scores, choices, chrf_matrix, expected_utilities
 from mt.run.card import read_card
+from mt.run.folder import result_name
 from mt.run.names import chooser_text, evaluation_name
-from mt.train import train
+from mt.training.train import train
 from mt.training.tuning import make_grid, tune
 from mt.translator import Translator
 
@@ -189,4 +190,5 @@ def test_tune_chooses_among_beam_mbr_and_reranking_as_the_run_then_translates(fl
         k: chosen[k] for k in ("mbr", "rerank")
     }
     result = evaluate_run(opened, "test")
-    assert "test-tuned" in read_card(run)["results"] and result["decode"]["mbr"] == chosen["mbr"]
+    assert result["key"] == result_name(run, "test-tuned") and result["decode"]["mbr"] == chosen["mbr"]
+    assert result["key"] in read_card(run)["results"]

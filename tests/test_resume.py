@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import metrics, mt_cli, weights
 
-from mt.train import train
+from mt.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ from conftest import file_hashes, refused, run_main, sets
 from mt.cli import main
 from mt.config import TrainConfig
 from mt.plumbing.errors import ConfigError
-from mt.run.folder import tensorboard_writer
+from mt.run.metrics_log import tensorboard_writer
 
 ROOT = Path(__file__).resolve().parents[1]
 

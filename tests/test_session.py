@@ -1,13 +1,13 @@
-"""mt/session.py: setting up a run checks every input before the first write to the run directory, and
-the log names the best validation so far."""
+"""mt/training/session.py: setting up a run checks every input before the first write to the run
+directory, and the log names the best validation so far."""
 
 import shutil
 
 from conftest import file_hashes, run_main, sets
 
 from mt.cli import main
-from mt.run.records import Progress
-from mt.session import best_so_far
+from mt.run.progress import Progress
+from mt.training.session import best_so_far
 
 
 def test_bad_corpus_leaves_an_existing_run_untouched(capsys, small_corpus, tiny, tmp_path):

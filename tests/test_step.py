@@ -1,5 +1,5 @@
-"""mt/step.py: the learning-rate schedules' values, and what one update (`train_step`) does: micro-batches,
-clipping, a skipped non-finite update, an fp16 overflow."""
+"""mt/training/step.py: the learning-rate schedules' values, and what one update (`train_step`) does:
+micro-batches, clipping, a skipped non-finite update, an fp16 overflow."""
 
 import copy
 import math
@@ -7,12 +7,11 @@ import math
 import pytest
 import torch
 
-import mt.step
+import mt.training.step
 from mt.batching import make_batch
 from mt.config import ModelConfig, TrainConfig
-from mt.loss import batch_loss
 from mt.model import Seq2Seq
-from mt.step import inverse_sqrt_lr, learning_rate, train_step
+from mt.training.step import batch_loss, inverse_sqrt_lr, learning_rate, train_step
 
 
 def test_warmup_schedule_values():
@@ -80,7 +79,7 @@ def test_train_step_skips_a_non_finite_update(monkeypatch):
     model, pairs = _model_and_batches()
     before = copy.deepcopy(model.state_dict())
     monkeypatch.setattr(
-        mt.step,
+        mt.training.step,
         "batch_loss",
         lambda m, b, eps: (torch.tensor(float("nan"), requires_grad=True), torch.tensor(1.0)),
     )
@@ -99,8 +98,10 @@ def test_train_step_skips_a_non_finite_update(monkeypatch):
 def test_an_fp16_style_overflow_skips_the_update_without_an_error(monkeypatch):
     """The grad scaler's overflow (here a CPU scaler whose first scales overflow float32 gradients)
     is no step and no error: the parameters stay, the scale goes down, later updates go through."""
-    real = mt.step.batch_loss
-    monkeypatch.setattr(mt.step, "batch_loss", lambda m, b, eps: tuple(x * 1e6 for x in real(m, b, eps)))
+    real = mt.training.step.batch_loss
+    monkeypatch.setattr(
+        mt.training.step, "batch_loss", lambda m, b, eps: tuple(x * 1e6 for x in real(m, b, eps))
+    )
     model, pairs = _model_and_batches()
     before = copy.deepcopy(model.state_dict())
     optimizer, batch = torch.optim.SGD(model.parameters()), make_batch(*zip(*pairs))

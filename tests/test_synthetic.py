@@ -9,10 +9,9 @@ import torch
 from conftest import sets
 
 from mt.cli import main
-from mt.config import load_config
+from mt.config import EOS, load_config
 from mt.data import load_split
 from mt.generated import synthetic
-from mt.tokenizer import EOS
 
 
 def test_the_corpus_is_fixed_line_aligned_and_shaped_like_wmt():

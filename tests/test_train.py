@@ -1,4 +1,4 @@
-"""mt/train.py: the training loop and what stops it, as README promises: max_steps, max_minutes (wall
+"""mt/training/train.py: the training loop and what stops it, as README promises: max_steps, max_minutes (wall
 clock summed over restarts), patience on validation BLEU, a non-finite loss (the update skipped) and a
 diverging one (TrainingError, exit code 1), Ctrl-C once (checkpoint, exit 130) and twice (at once, no
 traceback)."""
@@ -16,13 +16,13 @@ import pytest
 import torch
 from conftest import metrics, sets, weights
 
-import mt.session
-import mt.step
-import mt.train
+import mt.training.session
+import mt.training.step
+import mt.training.train
 from mt.cli import main
 from mt.config import load_config
 from mt.tokenizer import Tokenizer
-from mt.train import TrainingError, train
+from mt.training.train import TrainingError, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,16 +32,16 @@ def step_of(path: Path) -> int:
 
 
 def slow_clock(monkeypatch) -> None:
-    """A fake clock for mt.train that advances 10 s in every update and stands still otherwise."""
+    """A fake clock for mt.training.train that advances 10 s in every update and stands still otherwise."""
     now = [1000.0]
-    monkeypatch.setattr(mt.train, "time", SimpleNamespace(perf_counter=lambda: now[0]))
-    real = mt.train.train_step
+    monkeypatch.setattr(mt.training.train, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    real = mt.training.train.train_step
 
     def slow_step(*args, **kwargs):
         now[0] += 10.0
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(mt.train, "train_step", slow_step)
+    monkeypatch.setattr(mt.training.train, "train_step", slow_step)
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ def test_a_run_the_time_cap_stopped_finishes_as_the_model_its_config_names(tmp_p
 
 
 def scripted_validations(losses):
-    """A stand-in for mt.train's validate that returns these val losses in turn (BLEU 10 throughout)."""
+    """A stand-in for mt.training.train's validate: these val losses in turn (BLEU 10 throughout)."""
     losses = iter(losses)
 
     def scripted(model, val, tokenizer, cfg, device):
@@ -129,7 +129,9 @@ def test_val_loss_above_its_lowest_for_three_validations_is_called_overfitting(
 ):
     # validations at steps 2, 4, ..., 14: 2.1 stays above 2.0 once, then 1.9 at step 8 is the lowest and the
     # three after it stay above: one warning, at step 14
-    monkeypatch.setattr(mt.train, "validate", scripted_validations([3.0, 2.0, 2.1, 1.9, 2.2, 2.3, 2.4]))
+    monkeypatch.setattr(
+        mt.training.train, "validate", scripted_validations([3.0, 2.0, 2.1, 1.9, 2.2, 2.3, 2.4])
+    )
     train(
         load_config(ROOT / "configs/toy.yaml", tiny + ["train.valid_every=2", "train.max_steps=14"]),
         tmp_path / "run",
@@ -156,7 +158,7 @@ def test_patience_stops_after_validations_without_a_bleu_gain(tmp_path, tiny, mo
             "bleu_signature": "scripted",
         }
 
-    monkeypatch.setattr(mt.train, "validate", scripted)
+    monkeypatch.setattr(mt.training.train, "validate", scripted)
     run = tmp_path / "run"
     result = train(
         load_config(ROOT / "configs/toy.yaml", tiny + ["train.valid_every=2", "train.patience=3"]), run
@@ -185,7 +187,7 @@ def test_best_metric_chrf_picks_best_pt_and_stops_by_chrf(tmp_path, tiny, monkey
             "bleu_signature": "scripted",
         }
 
-    monkeypatch.setattr(mt.train, "validate", scripted)
+    monkeypatch.setattr(mt.training.train, "validate", scripted)
     run = tmp_path / "run"
     sets = ["train.valid_every=2", "train.patience=2", "train.best_metric=chrf"]
     result = train(load_config(ROOT / "configs/toy.yaml", tiny + sets), run)
@@ -198,14 +200,14 @@ def test_best_metric_chrf_picks_best_pt_and_stops_by_chrf(tmp_path, tiny, monkey
 
 
 def test_diverging_loss_exits_with_code_1_through_the_cli(tmp_path, tiny, monkeypatch, capsys):
-    real, updates = mt.step.batch_loss, []
+    real, updates = mt.training.step.batch_loss, []
 
     def diverging(model, batch, eps):
         updates.extend([1] if model.training else [])
         loss, nll = real(model, batch, eps)
         return (loss * float("inf"), nll) if len(updates) > 4 and model.training else (loss, nll)
 
-    monkeypatch.setattr(mt.step, "batch_loss", diverging)
+    monkeypatch.setattr(mt.training.step, "batch_loss", diverging)
     run = tmp_path / "run"
     args = ["train", "configs/toy.yaml", "--run-dir", str(run)]
     for item in tiny + [
@@ -229,7 +231,7 @@ SLOW_UPDATES = (  # mt with a 1 s sleep in every training forward pass, during w
     "import os, signal, sys, time\n"
     # as in a terminal, whatever the test runner inherited (a background shell job ignores SIGINT)
     "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-    "import mt.step as T\n"
+    "import mt.training.step as T\n"
     "real = T.batch_loss\n"
     "def slow(model, batch, eps):\n"
     "    if model.training:\n"
@@ -291,7 +293,7 @@ def test_a_stop_in_the_last_update_or_the_final_validation_stops_the_run(
     run = tmp_path / "run"
     settings = tiny + ["train.max_steps=6", "train.valid_every=100", "train.tune=true"]
     args = ["train", str(ROOT / "configs/toy.yaml"), "--run-dir", str(run), *sets(settings)]
-    real_loss, real_validate, updates = mt.step.batch_loss, mt.train.validate, []
+    real_loss, real_validate, updates = mt.training.step.batch_loss, mt.training.train.validate, []
 
     def loss(model, batch, eps):
         updates.extend([1] if model.training else [])
@@ -304,9 +306,9 @@ def test_a_stop_in_the_last_update_or_the_final_validation_stops_the_run(
         return real_validate(*args, **kwargs)
 
     if when == "update":
-        monkeypatch.setattr(mt.step, "batch_loss", loss)
+        monkeypatch.setattr(mt.training.step, "batch_loss", loss)
     else:
-        monkeypatch.setattr(mt.train, "validate", validate)
+        monkeypatch.setattr(mt.training.train, "validate", validate)
     assert main(args) == 143
     err = capsys.readouterr().err.splitlines()
     assert err[-1].startswith("mt: training stopped by SIGTERM at step 6; resume with: mt train ")
@@ -325,14 +327,14 @@ def test_a_stop_in_the_last_update_or_the_final_validation_stops_the_run(
 
 
 def test_nonfinite_loss_skips_the_update(tmp_path, monkeypatch, tiny_config):
-    real, calls = mt.step.batch_loss, []
+    real, calls = mt.training.step.batch_loss, []
 
     def flaky(model, batch, eps):
         calls.extend([1] if model.training else [])  # validation computes losses too
         loss, nll = real(model, batch, eps)
         return (loss * float("nan"), nll) if len(calls) == 5 and model.training else (loss, nll)  # 3rd update
 
-    monkeypatch.setattr(mt.step, "batch_loss", flaky)
+    monkeypatch.setattr(mt.training.step, "batch_loss", flaky)
     run = tmp_path / "run"
     result = train(tiny_config("train.max_steps=6", "train.accumulate=2"), run)
     assert result["step"] == 6 and len(calls) == 14  # 7 updates tried, 6 made
@@ -342,7 +344,7 @@ def test_nonfinite_loss_skips_the_update(tmp_path, monkeypatch, tiny_config):
 
 
 def test_diverging_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, tiny_config):
-    real, calls = mt.step.batch_loss, []
+    real, calls = mt.training.step.batch_loss, []
 
     def diverging(model, batch, eps):
         calls.extend([1] if model.training else [])
@@ -351,7 +353,7 @@ def test_diverging_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monke
             (loss * float("inf"), nll) if len(calls) > 8 and model.training else (loss, nll)
         )  # after 4 updates
 
-    monkeypatch.setattr(mt.step, "batch_loss", diverging)
+    monkeypatch.setattr(mt.training.step, "batch_loss", diverging)
     run = tmp_path / "run"
     with pytest.raises(TrainingError) as e:
         train(tiny_config("train.max_steps=50", "train.save_every=4", "train.max_nonfinite=3"), run)
@@ -365,7 +367,7 @@ def test_diverging_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monke
 
 def test_bpe_dropout_trains_on_its_views_and_validates_on_plain_pieces(tmp_path, tiny_config, monkeypatch):
     streams, validations = [], []
-    real_stream, real_validation = mt.session.BatchStream, mt.session.make_validation
+    real_stream, real_validation = mt.training.session.BatchStream, mt.training.session.make_validation
 
     def stream(corpus, *args, **kwargs):
         streams.append(corpus)
@@ -376,8 +378,8 @@ def test_bpe_dropout_trains_on_its_views_and_validates_on_plain_pieces(tmp_path,
         validations.append((real_validation(*args), args))
         return validations[-1][0]
 
-    monkeypatch.setattr(mt.session, "BatchStream", stream)
-    monkeypatch.setattr(mt.session, "make_validation", validation)
+    monkeypatch.setattr(mt.training.session, "BatchStream", stream)
+    monkeypatch.setattr(mt.training.session, "make_validation", validation)
     result = train(
         tiny_config("train.max_steps=4", "data.bpe_dropout=0.2", "data.bpe_views=3"), tmp_path / "run"
     )

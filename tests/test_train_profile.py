@@ -13,7 +13,7 @@ import mt.model
 from mt.batching import make_batch
 from mt.config import ModelConfig, TrainConfig
 from mt.model import Seq2Seq
-from mt.step import train_step
+from mt.training.step import train_step
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from train_profile import FAMILIES, family_of, labelled, op_families, outermost_family  # noqa: E402

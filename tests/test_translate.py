@@ -16,10 +16,10 @@ from conftest import run_main
 
 from mt.batching import make_batch
 from mt.cli import main
+from mt.config import EOS
 from mt.decode_config import DecodeConfig
 from mt.metrics import corpus_scores
 from mt.score import score_pairs
-from mt.tokenizer import EOS
 from mt.translate import search_lines, split_pieces, translate_lines, translate_nbest
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""mt/training/tuning.py: `mt tune` and the end of a training (`mt train` and `mt.train.train` alike)
+"""mt/training/tuning.py: `mt tune` and the end of a training (`mt train` and `mt.training.train.train` alike)
 choose the beam and length penalty on val, write them into the card's `tuning` (their one home), and
 every way of opening the run translates with them unless told otherwise."""
 
@@ -14,10 +14,12 @@ from mt.cli import main
 from mt.config import load_config, read_saved_config
 from mt.data import load_split
 from mt.plumbing.errors import ConfigError
+from mt.run.card import card_tuning
+from mt.run.folder import result_name
 from mt.serving.limits import ServeLimits
 from mt.serving.worker import Worker
-from mt.train import train
-from mt.training.tuning import best_setting, make_grid, tune, tuned_setting
+from mt.training.train import train
+from mt.training.tuning import best_setting, make_grid, tune
 from mt.translator import Translator
 
 
@@ -65,7 +67,7 @@ def test_tune_scores_each_setting_as_sacrebleu_does_and_the_run_then_decodes_wit
     opened = Translator.from_run(run, device="cpu")
     assert (opened.decode.beam, opened.decode.length_penalty) == (chosen["beam"], chosen["length_penalty"])
     assert Translator.from_run(run, device="cpu", beam=1).decode.beam == 1  # a keyword still wins
-    assert tuned_setting(run, run / "best.pt") == chosen
+    assert card_tuning(run, run / "best.pt")["chosen"] == chosen
 
 
 def test_a_flag_wins_over_the_tuned_setting_on_the_command_line(run, capsys):
@@ -74,8 +76,10 @@ def test_a_flag_wins_over_the_tuned_setting_on_the_command_line(run, capsys):
     assert main(["evaluate", "--run", str(run), "--device", "cpu", "--split", "val", "--beam", "1"]) == 0
     results = json.loads((run / "card.json").read_text())["results"]
     assert results["val-beam4-lp2"]["beam"] == 4 and results["val"]["beam"] == 1
-    # the run's own decoding is also val-tuned, which `mt report --setting val-tuned` compares across runs
-    assert results["val-tuned"] == results["val-beam4-lp2"]
+    # each result is stored once; val-tuned, which `mt report --setting val-tuned` compares across runs,
+    # names the run's own decoding's
+    assert [key for key in results if key.endswith("-tuned")] == []
+    assert result_name(run, "val-tuned") == "val-beam4-lp2" and result_name(run, "val-beam4") == "val-beam4"
 
 
 @pytest.mark.slow
@@ -143,7 +147,7 @@ def test_mt_train_tunes_at_its_end_once(tiny, tmp_path, capsys):
 
 
 def test_the_python_api_ends_a_training_as_mt_train_does(tiny, tmp_path):
-    """mt.train.train with train.tune tunes at its end, as `mt train` does (one entry point, in the
+    """mt.training.train.train with train.tune tunes at its end, as `mt train` does (one entry point, in the
     training), and returns the tuning; trained again, the run is finished and tuned: nothing new."""
     run = tmp_path / "run"
     cfg = load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=4", "train.tune=true"])
@@ -172,7 +176,7 @@ def test_a_resumed_training_leaves_the_run_tuned(tiny, tmp_path):
     assert (decode["beam"], decode["length_penalty"]) == (4, 0.3)
     opened = Translator.from_run(run, device="cpu").decode
     assert (opened.beam, opened.length_penalty) == (chosen["beam"], chosen["length_penalty"])
-    assert tuned_setting(run, run / "best.pt") == chosen
+    assert card_tuning(run, run / "best.pt")["chosen"] == chosen
 
 
 def test_a_run_that_samples_is_not_tuned(run):

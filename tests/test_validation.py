@@ -9,7 +9,7 @@ from conftest import metrics
 import mt.training.validation
 from mt.config import load_config
 from mt.decode_config import DecodeConfig
-from mt.train import train
+from mt.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 

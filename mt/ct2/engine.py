@@ -6,17 +6,19 @@ logprob / ((5 + length) / 6)^alpha, eos counted, so 1-best and n-best lists are 
 searches take eos only from the K best of 2K candidates and stop a sentence at K finished, so they
 agree hypothesis for hypothesis; they can still differ by float rounding (int8 most) and where a
 batch's length limit (CTranslate2 takes one per batch) is longer than a line's own (cut and rescored).
-Greedy search asked for text only (`scores=False`: translate_lines, so evaluate, tune and validation)
+Greedy search asked for text only (`text_only`: translate_lines, so evaluate, tune and validation)
 asks CTranslate2 for no scores: its hypotheses' score and logprob are NaN.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
 import torch
 
+from mt.config import EOS
 from mt.ct2.export import (
     MODEL_FIELDS,
     ByMt,
@@ -33,7 +35,7 @@ from mt.decode import Ensemble, Hypothesis
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.plumbing.errors import RunDirError
-from mt.tokenizer import EOS, Tokenizer
+from mt.tokenizer import Tokenizer
 
 # CTranslate2's length penalty when mt ranks: any nonzero one makes its beam stop a sentence once `beam`
 # hypotheses are finished, as mt's does (at 0 it goes on until the top beam ends too), and
@@ -71,6 +73,7 @@ class Ct2Model:
     and `train` keep the torch model's calls working."""
 
     training = False
+    scores = True  # greedy search asks for scores: False in a `text_only` copy
 
     def __init__(
         self,
@@ -112,14 +115,21 @@ class Ct2Model:
     def train(self, mode: bool = True) -> Ct2Model:
         return self
 
+    def text_only(self) -> Ct2Model:
+        """This model, for callers that read only the text: its greedy search asks CTranslate2 for no
+        scores (the argmax without a softmax), so its hypotheses' score and logprob are NaN."""
+        text = copy.copy(self)  # the same loaded translator
+        text.scores = False
+        return text
+
     def search_groups(
-        self, batches: list[tuple[list[list[int]], list[list[int]]]], cfg: DecodeConfig, scores: bool = True
+        self, batches: list[tuple[list[list[int]], list[list[int]]]], cfg: DecodeConfig
     ) -> list[list[list[Hypothesis]]]:
         """`search` of each batch of (sources, forced prefixes), all submitted at once: translators
-        decode them side by side. A beam always asks for scores (mt ranks its hypotheses); greedy only
-        where `scores` (without them CTranslate2 takes the argmax without a softmax)."""
+        decode them side by side. A beam always asks for scores (mt ranks its hypotheses); greedy
+        unless this is a `text_only` model."""
         unmapped(cfg, DECODE_FIELDS, "decode")
-        scored = scores or cfg.beam > 1
+        scored = self.scores or cfg.beam > 1
         pending = [self._submit(parts, prefixes, cfg, scored) for parts, prefixes in batches]
         return [self._collect(*submitted, cfg) for submitted in pending]
 

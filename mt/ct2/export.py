@@ -24,11 +24,11 @@ from typing import Any, Callable
 
 import torch
 
-from mt.config import ModelConfig
+from mt.config import BOS, PAD, ModelConfig
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.plumbing.files import write_failure
-from mt.tokenizer import BOS, PAD, Tokenizer
+from mt.tokenizer import Tokenizer
 
 NOTE = "mt_export.json"  # beside CTranslate2's files: the source checkpoint's sha256, mt's config
 

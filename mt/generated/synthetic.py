@@ -19,7 +19,7 @@ import random
 import torch
 from torch import Tensor
 
-from mt.tokenizer import EOS
+from mt.config import EOS
 
 WORDS = 40_000  # per side
 MEDIAN_WORDS, LENGTH_SIGMA, MAX_WORDS = 20.0, 0.55, 120

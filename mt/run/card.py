@@ -14,7 +14,8 @@ from mt.config import TrainConfig
 from mt.metrics import BEST_METRICS, HEADLINE
 from mt.plumbing.errors import RunDirError
 from mt.plumbing.files import file_sha256, write_text
-from mt.run.records import Card, Progress, require
+from mt.run.progress import Progress
+from mt.run.records import Card, require
 
 
 def read_card(run_dir: str | Path) -> dict:

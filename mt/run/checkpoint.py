@@ -33,7 +33,8 @@ from mt.model import Seq2Seq
 from mt.plumbing.config_yaml import apply_overrides, config_differences
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.plumbing.files import write_bytes
-from mt.run.records import Checkpoint, Progress, current_progress, problem
+from mt.run.progress import Checkpoint, Progress, current_progress
+from mt.run.records import problem
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def set_rng_state(state: dict, device: torch.device) -> None:
 
 
 class TrainingState(Protocol):
-    """What last.pt and best.pt save of a training run (mt.session's Session is one)."""
+    """What last.pt and best.pt save of a training run (mt.training.session's Session is one)."""
 
     cfg: RunConfig
     model: Seq2Seq
@@ -217,7 +218,8 @@ def fuse_adam_state(state: dict, model: Seq2Seq) -> dict:
     q_proj and kv_proj, for `model`'s fused qkv_proj: the parameters' order then was today's with each
     qkv_proj's (weight, bias) standing for q_proj's and kv_proj's (weight, bias, weight, bias), and
     Adam's moments, elementwise, concatenate as the weights do."""
-    names = [name for name, p in model.named_parameters() if p.requires_grad]  # as mt.session.learner
+    # as mt.training.session.learner
+    names = [name for name, p in model.named_parameters() if p.requires_grad]
     old = []
     for name in names:
         if name.endswith("self_attn.qkv_proj.weight"):

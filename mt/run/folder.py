@@ -15,7 +15,7 @@ training writes there.
 
     DIR/train.lock      held (flock) while a training writes DIR
 
-Checkpoints are mt.run.checkpoint's, the card mt.run.card's; resuming is mt.session's. Reading a run
+Checkpoints are mt.run.checkpoint's, the card mt.run.card's; resuming is mt.training.session's. Reading a run
 (`load_run`, `read_metrics`) checks everything and writes nothing; a damaged file is a one-line
 RunDirError. Writing: `open_run_dir` makes a run's first writes once every input has been checked,
 `locked` keeps a second training out, `MetricsLog` and `run_log` are metrics.jsonl and train.log.
@@ -27,24 +27,24 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
-import json
 import logging
 import logging.handlers
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
-from mt.config import RunConfig, TrainConfig, read_saved_config, save_config
-from mt.decode_config import TUNED
+from mt.config import RunConfig, read_saved_config, save_config
+from mt.decode_config import TUNED, DecodeConfig
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
-from mt.plumbing.errors import ConfigError, RunDirError, WriteError
-from mt.plumbing.files import write_failure, write_text
+from mt.plumbing.errors import RunDirError, WriteError
+from mt.plumbing.files import write_failure
 from mt.run.card import card_tuning
 from mt.run.checkpoint import build_model, load_checkpoint, stored_config
-from mt.run.records import metrics_row_problem
+from mt.run.metrics_log import MetricsLog, keep_metrics_until
+from mt.run.names import evaluation_name
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -139,8 +139,24 @@ def run_decoding(run_dir: Path, checkpoint: Path, stored: dict) -> dict:
     return decode
 
 
+def result_name(run_dir: Path, setting: str) -> str:
+    """The card's key of an evaluation as `mt report` and its RUN@SETTING spell it. SPLIT-tuned is the
+    run's own decoding on SPLIT: what a plain `mt evaluate --run DIR --split SPLIT` files, under the name
+    of best.pt's decoding as `run_decoding` layers `mt tune`'s choice over the config's
+    (test-beam10-lp1.5-rerank-...); each result is stored once, under that name. Any other setting is
+    the key itself."""
+    if not setting.endswith("-tuned"):
+        return setting
+    path = checkpoint_path(run_dir)
+    decode = DecodeConfig(**run_decoding(run_dir, path, {}))
+    return evaluation_name(setting.removesuffix("-tuned"), decode, path.stem)
+
+
 def archive_previous(run_dir: Path) -> None:
-    """--force-new: move the previous run's files into DIR/replaced-<time>/ rather than delete them."""
+    """--force-new: move the previous run's files into DIR/replaced-<time>/ rather than delete them
+    (where it has any: a last.pt)."""
+    if not (run_dir / "last.pt").exists():
+        return
     dest = run_dir / time.strftime("replaced-%Y%m%d-%H%M%S")
     try:
         dest.mkdir()
@@ -150,42 +166,6 @@ def archive_previous(run_dir: Path) -> None:
     except OSError as e:
         raise write_failure(dest, e) from None
     log.info("--force-new: moved the previous run's files to %s", dest)
-
-
-def read_metrics(path: Path) -> list[dict]:
-    """DIR/metrics.jsonl's rows ([] without the file); reads only. A last line cut short (no newline
-    after it: a crash while writing) is left out with a warning; any other line that is not what mt
-    writes is a DataError naming its number."""
-    try:
-        lines = path.read_bytes().split(b"\n")
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        raise RunDirError(f"{path}: cannot read ({e.strerror or e}); check its permissions") from None
-    rows = []
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw.decode("utf-8"))
-        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            row = None
-        problem = metrics_row_problem(row) if row is not None else "not JSON"
-        if problem and number == len(lines):
-            log.warning("%s: line %d is incomplete (cut short while being written?); left out", path, number)
-        elif problem:
-            raise RunDirError(
-                f"{path}: line {number}: {problem}; fix or delete that line (mt writes one JSON "
-                f"object a line)"
-            )
-        else:
-            rows.append(row)
-    return rows
-
-
-def keep_metrics_until(path: Path, step: int) -> None:
-    """Drop metrics written after the checkpoint we resume from (and a half-written last line)."""
-    write_text(path, "".join(json.dumps(row) + "\n" for row in read_metrics(path) if row["step"] <= step))
 
 
 @contextlib.contextmanager
@@ -215,51 +195,6 @@ def locked(run_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-class MetricsLog:
-    """DIR/metrics.jsonl, one JSON object a line, flushed as written; `report` and resume read it. A
-    line the OS refuses is a WriteError that stops the run, never a row silently lost (resume drops
-    a half-written last line). `board`: a TensorBoard SummaryWriter that gets every number of every
-    row as the scalar of the same name, at the row's step."""
-
-    def __init__(self, path: Path, append: bool, board: Any = None):
-        self.path, self.board = path, board
-        try:
-            self.file = open(path, "a" if append else "w", encoding="utf-8")
-        except OSError as e:
-            raise write_failure(path, e) from None
-
-    def write(self, record: dict) -> None:
-        try:
-            self.file.write(json.dumps(record) + "\n")
-            self.file.flush()
-        except OSError as e:
-            raise write_failure(self.path, e) from None
-        for key, value in record.items() if self.board else ():
-            if key != "step" and type(value) in (int, float):
-                self.board.add_scalar(key, value, record["step"])
-
-    def close(self) -> None:
-        if self.board:
-            self.board.close()
-        with contextlib.suppress(OSError):  # after a refused write: the error is already on its way
-            self.file.close()
-
-
-def tensorboard_writer(train: TrainConfig) -> type | None:
-    """torch's SummaryWriter where train.tensorboard asks for one (checked before a run's first write),
-    else None."""
-    if not train.tensorboard:
-        return None
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise ConfigError(
-            "train.tensorboard: needs the tensorboard package; pip install 'mt[tensorboard]' (or "
-            "tensorboard), or set train.tensorboard: false"
-        ) from None
-    return SummaryWriter
 
 
 class RunLogHandler(logging.FileHandler):
@@ -311,16 +246,13 @@ def open_run_dir(
     cfg: RunConfig,
     tokenizer: Tokenizer,
     resume_step: int | None,
-    force_new: bool,
     start_log: Callable[[Path], None],
     board: type | None = None,
 ) -> MetricsLog:
-    """The run's first writes, made once every check on user input has passed: archive the previous
-    run (--force-new), then train.log, config.yaml, spm.model (fresh runs) and metrics.jsonl (cut back
-    to the resumed step), and with `board` (`tensorboard_writer`) a TensorBoard event file in DIR whose
-    events after the resumed step are hidden, as those rows are cut."""
-    if force_new and (run_dir / "last.pt").exists():
-        archive_previous(run_dir)
+    """The run's first writes, made once every check on user input has passed and the previous run is
+    archived where --force-new asked (`archive_previous`): train.log, config.yaml, spm.model (fresh
+    runs) and metrics.jsonl (cut back to the resumed step), and with `board` (`tensorboard_writer`) a
+    TensorBoard event file in DIR whose events after the resumed step are hidden, as those rows are cut."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -4,13 +4,13 @@ before a reader reads a field.
     card.json        Card             what a run was and scored (mt.run.card); results.KEY is a Result
     eval-KEY.json    Result           one evaluation (mt.evaluate): the card's results.KEY
     metrics.jsonl    METRICS_ROWS     one JSON object a line: a log window, a validation or a skipped update
-    *.pt             Checkpoint       a checkpoint's metadata (run.checkpoint); its counters are a `Progress`
+    *.pt             Checkpoint       mt.run.progress's: a checkpoint's keys and its counters, `Progress`
     config.yaml      mt.config's RunConfig, read by its loader (`read_saved_config`)
 
 The JSON records are `open_keys` (a newer mt may write more) and read, once checked, as the mappings
 they are: `update_card` merges a card key by key, keeping keys it does not know. A field with a default
-of None may be missing; a reader reads it with `.get`. `Progress` is built from a checkpoint, every
-field required.
+of None may be missing; a reader reads it with `.get`. The records that hold scores take their fields
+from mt.metrics's table (`headline_fields`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
-
 from mt.decode_config import DecodeConfig
-from mt.metrics import BEST_METRICS, METRICS, improves
+from mt.metrics import HEADLINE, METRICS, PRIMARY
 from mt.plumbing.errors import RunDirError
 from mt.plumbing.schema import Mismatch, build, within
 
@@ -78,7 +76,20 @@ def score_fields() -> list[tuple[str, type, Any]]:
     return fields
 
 
-# one evaluation: eval-KEY.json, the card's results.KEY; a new metric's score is checked with no change here
+def headline_fields(pattern: str, required: tuple[str, ...] = ()) -> list[tuple[str, type, Any]]:
+    """A float field PATTERN.format(KEY) for each headline metric of mt.metrics (val_bleu, best_val_chrf):
+    required for the keys in `required`, else None or absent (a record written before a later metric)."""
+    return [
+        (pattern.format(m.key), float, field())
+        if m.key in required
+        else (pattern.format(m.key), float | None, None)
+        for m in HEADLINE
+    ]
+
+
+# The records that hold scores take their score fields from the metric table, so that a new metric is
+# checked everywhere it is written with no change here: one evaluation (eval-KEY.json, the card's
+# results.KEY), a setting `mt tune` tried, a validation row, the training's best.
 Result = make_dataclass("Result", score_fields(), bases=(Evaluation,), frozen=True, kw_only=True)
 
 
@@ -112,7 +123,7 @@ class Hardware:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Training:
+class _Training:
     """As card.training_record writes it; rebuilt_from: last.pt, where `mt evaluate` rebuilt the card."""
 
     open_keys: ClassVar[bool] = True
@@ -125,14 +136,17 @@ class Training:
     pipeline_multiply_adds: float | None = None  # and a distilled corpus's teacher's (mt.training.compute)
     best_step: int | None = None
     best_metric: str = None
-    best_val_bleu: float | None = None
-    best_val_chrf: float | None = None
-    best_val_loss: float | None = None
+    best_val_loss: float | None = None  # and best_val_KEY of each headline metric (headline_fields)
     valid_beam: int = None
     nonfinite_skipped: int = None
     fp16_overflows: int = None
     stopped: str = None
     rebuilt_from: str = None
+
+
+Training = make_dataclass(
+    "Training", headline_fields("best_val_{}"), bases=(_Training,), frozen=True, kw_only=True
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,16 +182,20 @@ class Cleaning:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Tried:
-    """One decoding setting `mt tune` tried on val (mt.training.tuning)."""
+class _Tried:
+    """One decoding setting `mt tune` tried on val (mt.training.tuning), with its headline scores."""
 
     open_keys: ClassVar[bool] = True
     beam: int = within(lo=1)
     length_penalty: float = within(lo=0)
-    bleu: float
-    chrf: float
     length_ratio: float
     seconds: float = None
+
+
+ALWAYS_SCORED = tuple(m.key for m in HEADLINE if m.always)
+Tried = make_dataclass(
+    "Tried", headline_fields("{}", ALWAYS_SCORED), bases=(_Tried,), frozen=True, kw_only=True
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,16 +271,24 @@ class LogRow:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ValidationRow:
+class _ValidationRow:
     open_keys: ClassVar[bool] = True
     step: int = within(lo=0)
-    val_bleu: float
     elapsed_s: float
     val_loss: float = None
     val_nll: float = None
     val_ppl: float = None
-    val_chrf: float = None
     valid_beam: int = None
+
+
+# a validation row is marked by the primary metric's score, which every one holds
+ValidationRow = make_dataclass(
+    "ValidationRow",
+    headline_fields("val_{}", (PRIMARY.key,)),
+    bases=(_ValidationRow,),
+    frozen=True,
+    kw_only=True,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,7 +299,8 @@ class SkippedRow:
     nonfinite_total: int = None
 
 
-METRICS_ROWS = {"loss": LogRow, "val_bleu": ValidationRow, "skipped_update": SkippedRow}  # marking key -> row
+# marking key -> row
+METRICS_ROWS = {"loss": LogRow, f"val_{PRIMARY.key}": ValidationRow, "skipped_update": SkippedRow}
 
 
 def metrics_row_problem(row) -> str:
@@ -283,91 +310,3 @@ def metrics_row_problem(row) -> str:
         what = "an object" if isinstance(row, dict) else f"a JSON {type(row).__name__}"
         return f"{what} with none of {', '.join(METRICS_ROWS)}"
     return next((found for found in (problem(METRICS_ROWS[k], row) for k in kinds) if found), "")
-
-
-# ---- checkpoints -------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Window:
-    """Sums over the updates since the last log line."""
-
-    all_required: ClassVar[bool] = True
-    loss: float = within(0.0, lo=0)  # label-smoothed loss summed over target tokens
-    nll: float = within(0.0, lo=0)
-    tgt: int = within(0, lo=0)  # target tokens
-    tokens: int = within(0, lo=0)  # source + target tokens
-    seconds: float = within(0.0, lo=0)
-
-
-@dataclass
-class Progress:
-    """Counters of the running training loop: all of it goes into every checkpoint."""
-
-    all_required: ClassVar[bool] = True
-
-    step: int = 0  # optimizer updates done
-    epoch: int = 0  # current epoch, from 1
-    batch_index: int = 0  # batches of the current epoch consumed so far
-    # the best validation's (by train.best_metric) val loss and headline scores: {"bleu": ..., "loss": ...}
-    best: dict[str, float] = field(default_factory=dict)
-    best_step: int = 0
-    bad_validations: int = 0  # validations in a row without a best_metric gain (train.patience)
-    validated_step: int = -1  # step of the latest validation
-    nonfinite_total: int = 0  # updates skipped for a non-finite loss or gradient
-    nonfinite_streak: int = 0
-    scaler_skips: int = 0  # fp16 updates the grad scaler skipped (overflow), not counted as steps
-    window: Window = field(default_factory=Window)
-    tokens: int = 0  # source + target non-pad tokens trained on
-    train_seconds: float = 0.0  # inside optimizer updates only (for tokens/s)
-    elapsed_s: float = 0.0  # wall clock of the loop, validation included, summed over restarts
-    # what the updates ran in: train.precision as the device ran it ("bf16"), or each part's after a resume
-    # that decided auto otherwise ("fp32 to step 1500, then bf16"); "" in checkpoints before issue 83
-    precision: str = ""
-
-    def record(self, result: dict, metric: str) -> bool:
-        """Whether a validation `result` is the best so far by `metric` (a headline metric's key or
-        loss, each in its direction); keeps its scores if so, else counts a bad validation."""
-        better = improves(metric, result[f"val_{metric}"], self.best.get(metric))
-        if better:
-            self.best = {key: result[f"val_{key}"] for key in BEST_METRICS}
-            self.best_step, self.bad_validations = self.step, 0
-        else:
-            self.bad_validations += 1
-        return better
-
-
-def current_progress(saved: dict) -> dict:
-    """A checkpoint's progress as mt writes it now: before `best`, it held best_bleu, best_chrf and
-    best_loss (-1 and inf before the first validation); before `precision`, nothing said what ran."""
-    if not isinstance(saved, dict):
-        return saved
-    saved = {"precision": "", **saved}
-    if "best_bleu" not in saved or "best" in saved:
-        return saved
-    old = {key: saved.get(f"best_{key}") for key in ("bleu", "chrf", "loss")}
-    best = old if saved.get("validated_step", -1) >= 0 else {}
-    rest = {k: v for k, v in saved.items() if k not in ("best_bleu", "best_chrf", "best_loss")}
-    return {**rest, "best": best}
-
-
-def progress_of(ckpt: dict) -> Progress:
-    """The counters in a checkpoint `load_checkpoint` has checked, window and all."""
-    return build(Progress, ckpt["progress"])
-
-
-@dataclass(frozen=True, kw_only=True)
-class Checkpoint:
-    open_keys: ClassVar[bool] = True
-    model: dict[str, torch.Tensor]
-    config: dict  # a RunConfig's dict: mt.config checks it (checkpoint.stored_config)
-    vocab_size: int = within(lo=1)
-    tokenizer_sha256: str  # of the spm.model it was trained with
-    progress: Progress = None  # last.pt, best.pt, ckpt-*.pt
-    optimizer: dict = None  # last.pt, best.pt: torch's state dicts, checked as they load
-    scaler: dict = None
-    rng: list = None  # one random state per process
-    averaged: list = None  # averaged.pt: the files it is the mean of
-
-
-RESUME_KEYS = ("progress", "optimizer", "scaler", "rng")  # what last.pt holds beyond a kept model (resume)

@@ -15,8 +15,9 @@ from mt.plumbing.config_yaml import config_differences
 from mt.plumbing.errors import RunDirError
 from mt.run.card import read_card
 from mt.run.checkpoint import RESUMABLE_KEYS, fuse_adam_state, load_checkpoint, set_rng_state, stored_config
-from mt.run.folder import read_metrics, run_tokenizer
-from mt.run.records import RESUME_KEYS, Progress, progress_of
+from mt.run.folder import run_tokenizer
+from mt.run.metrics_log import read_metrics
+from mt.run.progress import RESUME_KEYS, Progress, progress_of
 from mt.tokenizer import Tokenizer
 
 

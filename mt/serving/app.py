@@ -32,11 +32,10 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from mt.decode_config import DecodeConfig
-from mt.evaluate import decodes_as_tuned
+from mt.decode_config import TUNED, DecodeConfig
 from mt.model import count_parameters
 from mt.plumbing.errors import ServeError
-from mt.run.card import card_summary
+from mt.run.card import card_summary, card_tuning
 from mt.serving.limits import ServeLimits
 from mt.serving.requests import (
     AttentionRequest,
@@ -98,6 +97,17 @@ def error_response(e: Exception) -> JSONResponse:  # Refused, Overloaded, or a b
     return JSONResponse(
         {"error": f"internal error ({type(e).__name__}); the server log has the traceback"}, status_code=500
     )
+
+
+def decodes_as_tuned(translator: Translator) -> bool:
+    """Whether an opened run translates as `mt tune` chose: its decode section untouched by options, with
+    the tuned options (`TUNED`: beam, length penalty, MBR, reranking), on the checkpoint tuned, no
+    ensemble; /info and the page say so."""
+    tuning = card_tuning(translator.run, translator.checkpoint)
+    decode = translator.decode
+    if translator.ensemble or not tuning or decode != translator.config.decode:
+        return False
+    return all(getattr(decode, key) == tuning["chosen"][key] for key in TUNED if key in tuning["chosen"])
 
 
 def server_info(translator: Translator, limits: ServeLimits) -> dict:

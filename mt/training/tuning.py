@@ -1,5 +1,5 @@
 """Tuning: the beam and length penalty a run decodes with, chosen on its validation split (`mt tune`,
-and `mt.train.train` at its end where train.tune, for `mt train` and the Python API alike).
+and `mt.training.train.train` at its end where train.tune, for `mt train` and the Python API alike).
 
 A beam search ranks finished hypotheses by log-probability / length_penalty(length, alpha), and the
 alpha that makes its translations as long as the references depends on the model: mt's default, 1.0,
@@ -25,15 +25,15 @@ from typing import Callable
 from mt.config import RunConfig
 from mt.data import load_split
 from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, TUNED, DecodeConfig, decoding
-from mt.metrics import HEADLINE, corpus_scores
+from mt.devices import resolve_device
+from mt.metrics import HEADLINE, PRIMARY, corpus_scores
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.files import file_sha256
-from mt.run.card import card_tuning, read_card, update_card
+from mt.run.card import card_tuning, update_card
 from mt.run.folder import checkpoint_path, load_run
 from mt.run.names import evaluation_name
 from mt.tokenizer import Tokenizer
-from mt.training.distributed import resolve_device
 from mt.translate import translate_lines
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,8 @@ def setting_name(row: dict) -> str:
 
 
 def best_setting(tried: list[dict]) -> dict:
-    """The highest BLEU; on a tie the cheaper: plain search before MBR or reranking, fewer samples, the
-    smaller beam, then the lower length penalty (rounded scores)."""
+    """The best PRIMARY score (mt.metrics: BLEU); on a tie the cheaper: plain search before MBR or
+    reranking, fewer samples, the smaller beam, then the lower length penalty (rounded scores)."""
 
     def cost(t: dict) -> tuple:
         return (
@@ -109,7 +109,8 @@ def best_setting(tried: list[dict]) -> dict:
             t["length_penalty"],
         )
 
-    return max(tried, key=lambda t: (t["bleu"], *(-c for c in cost(t))))
+    direction = 1 if PRIMARY.higher_is_better else -1
+    return max(tried, key=lambda t: (direction * t[PRIMARY.key], *(-c for c in cost(t))))
 
 
 def tune(
@@ -145,20 +146,18 @@ def tune(
         "chosen": chosen,
         "tried": tried,
     }
-    card = read_card(run)
-    results = {k: r for k, r in card.get("results", {}).items() if not k.endswith("-tuned")}  # outdated
-    update_card(run, tuning=tuning, results=results)
+    update_card(run, tuning=tuning)
     log.info(
-        "tune: chose %s (val BLEU %.2f, length ratio %.3f); wrote %s",
-        *(setting_name(chosen), chosen["bleu"], chosen["length_ratio"], run / "card.json"),
+        "tune: chose %s (val %s %.2f, length ratio %.3f); wrote %s",
+        *(
+            setting_name(chosen),
+            PRIMARY.label,
+            chosen[PRIMARY.key],
+            chosen["length_ratio"],
+            run / "card.json",
+        ),
     )
     return tuning
-
-
-def tuned_setting(run: Path, checkpoint: Path) -> dict | None:
-    """The setting `mt tune` chose for this very checkpoint file (the card's), or None."""
-    tuning = card_tuning(run, checkpoint)
-    return tuning and tuning["chosen"]
 
 
 def tune_unless_tuned(run: Path, device: str = "auto") -> dict | None:

@@ -13,12 +13,12 @@ import torch
 from mt.batching import Batch, make_batch, token_batches
 from mt.config import RunConfig
 from mt.decode_config import DecodeConfig
-from mt.loss import batch_loss
+from mt.devices import autocast
 from mt.metrics import HEADLINE, corpus_scores
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.tokenizer import Tokenizer
-from mt.training.distributed import autocast
+from mt.training.step import batch_loss
 from mt.translate import translate_lines
 
 log = logging.getLogger(__name__)

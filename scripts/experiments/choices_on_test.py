@@ -9,7 +9,7 @@ the cheap one), reranking (any pool) and reranking of beam 5's pool (the cheaper
 highest val BLEU of its kind in the card's `tuning`. Prints one JSON line per run and kind: the
 setting, its val and test BLEU, and the test decoding's seconds (`--lines FILE` reads them back instead
 of evaluating). With --out FILE.md: each kind's group over the runs (their seeds) against the plain
-beam's group, tested as `mt report`'s Groups section tests groups (mt.groups.between_groups: the
+beam's group, tested as `mt report`'s Groups section tests groups (mt.report.groups.between_groups: the
 seeds' spread and the test sentences'); the settings differ by seed, which `mt report`'s groups (one
 setting a group) cannot show.
 """
@@ -24,8 +24,8 @@ from pathlib import Path
 
 from mt.decode_config import TUNED
 from mt.evaluate import evaluate_run
-from mt.groups import between_groups, p_text, sentence_statistics
 from mt.metrics import HEADLINE, signature_tokenizer
+from mt.report.groups import between_groups, p_text, sentence_statistics
 from mt.run.card import read_card
 from mt.translator import Translator
 
@@ -79,7 +79,7 @@ def evaluated(run: str, device: str, kinds: list[str]) -> list[dict]:
 
 def groups_table(found: list[dict]) -> list[str]:
     """Each kind's group of runs against the plain beam's: means ± sd over the runs, the difference and
-    its p (mt.groups.between_groups), and the test decoding's seconds against the beam's."""
+    its p (mt.report.groups.between_groups), and the test decoding's seconds against the beam's."""
     by_kind = {kind: [line for line in found if line["kind"] == kind] for kind in KINDS}
     metrics = {m.key: m.make(found[0].get("tokenize", "13a")) for m in HEADLINE}
     stats = {

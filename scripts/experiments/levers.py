@@ -41,6 +41,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mt.run.folder import result_name
+
 RECIPE = "configs/multi30k-best.yaml"
 BUDGET = 2.362e14  # multiply-adds: the recipe's 7,900 updates over all 10,000 pieces
 TARGET = ["model.output_pieces=target"]
@@ -141,7 +143,7 @@ def report(runs: Path) -> None:
         card = json.loads(card_path.read_text())
         t, chosen = card["training"], (card.get("tuning") or {}).get("chosen", {})
         compute = t.get("pipeline_multiply_adds") or t.get("multiply_adds") or 0.0
-        test = card.get("results", {}).get("test-tuned", {}).get("bleu")
+        test = card.get("results", {}).get(result_name(card_path.parent, "test-tuned"), {}).get("bleu")
         print(
             f"| {card_path.parent.name} | {t['steps']} | {t.get('best_val_bleu') or 0:.2f} "
             f"| beam {chosen.get('beam', '–')}, lp {chosen.get('length_penalty', '–')} "

@@ -1,4 +1,4 @@
-"""Setting up a training run and finishing it: the `Session` the loop in mt.train works with (device,
+"""Setting up a training run and finishing it: the `Session` the loop in mt.training.train works with (device,
 tokenizer, corpus, model, optimizer, counters, files), built by `setup` with every input checked
 before the first write to the run directory, from scratch or from the checkpoint `resume_checkpoint`
 found; and `finish`, which writes the card."""
@@ -7,26 +7,27 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from mt import devices
 from mt.batching import Pairs
 from mt.config import RunConfig
 from mt.data import load_split
-from mt.metrics import HEADLINE
+from mt.metrics import HEADLINE, PRIMARY
 from mt.model import Seq2Seq, count_parameters
 from mt.output_pieces import target_pieces
 from mt.plumbing.errors import RunDirError, WriteError
 from mt.run import checkpoint, folder
 from mt.run.card import read_card, training_record, update_card
-from mt.run.folder import MetricsLog
+from mt.run.metrics_log import MetricsLog, tensorboard_writer
 from mt.run.parent import Parent, parent_of, parse_init_from, shared_tokenizer, teacher_of
+from mt.run.progress import Progress
 from mt.run.provenance import code_version, config_section, hardware
-from mt.run.records import Progress
 from mt.run.resume import Resumed, restore
 from mt.tokenizer import Tokenizer
 from mt.training import corpus, distributed
@@ -37,9 +38,9 @@ from mt.training.validation import Validation, make_validation
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Session:
-    """What the loop works with; `setup` builds it, `train` runs it."""
+    """What the loop works with; `setup` builds it, `train` runs it, by keywords."""
 
     cfg: RunConfig
     run_dir: Path
@@ -47,7 +48,6 @@ class Session:
     device: torch.device
     tokenizer: Tokenizer
     model: Seq2Seq  # the plain module: validation and checkpoints
-    ddp: torch.nn.Module  # what train_step runs: the model, or its DDP wrapper under torchrun
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     progress: Progress
@@ -55,6 +55,14 @@ class Session:
     val: Validation | None  # rank 0 only
     metrics: MetricsLog | None  # rank 0 only
     cleaning: dict | None  # rank 0 only: what binarizing kept and removed (corpus.cleaning_report)
+    # what train_step runs: the model, or under torchrun its DDP wrapper (for training steps only:
+    # validation and saving use the plain module)
+    ddp: torch.nn.Module = field(init=False)
+
+    def __post_init__(self):
+        self.ddp = (
+            DistributedDataParallel(self.model, broadcast_buffers=False) if self.ranks.enabled else self.model
+        )
 
 
 def new_tokenizer(
@@ -146,23 +154,22 @@ def setup(
         )
         if origin:  # recorded at once: a run stopped by a crash still names what it came from
             update_card(run_dir, config=config_section(cfg), parameters=count_parameters(model), **origin)
-    # DDP wraps the model for training steps only; validation and saving use the plain module
-    ddp = DistributedDataParallel(model, broadcast_buffers=False) if ranks.enabled else model
     s = Session(
-        cfg,
-        run_dir,
-        ranks,
-        device,
-        tokenizer,
-        model,
-        ddp,
-        optimizer,
-        scaler,
-        progress,
-        BatchStream(train_pairs, cfg.train.max_tokens, cfg.train.seed, pin_memory=device.type == "cuda"),
-        val,
-        metrics,
-        cleaning,
+        cfg=cfg,
+        run_dir=run_dir,
+        ranks=ranks,
+        device=device,
+        tokenizer=tokenizer,
+        model=model,
+        optimizer=optimizer,
+        scaler=scaler,
+        progress=progress,
+        stream=BatchStream(
+            train_pairs, cfg.train.max_tokens, cfg.train.seed, pin_memory=device.type == "cuda"
+        ),
+        val=val,
+        metrics=metrics,
+        cleaning=cleaning,
     )
     log_start(s, resumed is not None, parent)
     return s
@@ -179,10 +186,13 @@ def first_writes(
     corpus_folder: Path,
 ) -> tuple[MetricsLog, dict]:
     """Rank 0's writes once every check has passed: the lock, the run's files (folder.open_run_dir) and
-    the list of the training pairs data.clean removed; the metrics log and the cleaning report."""
-    board = folder.tensorboard_writer(cfg.train)  # refused before the lock if its extra is missing
+    the list of the training pairs data.clean removed, the previous run archived first where `force_new`;
+    the metrics log and the cleaning report."""
+    board = tensorboard_writer(cfg.train)  # refused before the lock if its extra is missing
     cleanup.enter_context(folder.locked(run_dir))
-    metrics = folder.open_run_dir(run_dir, cfg, tokenizer, resume_step, force_new, start_log, board)
+    if force_new:
+        folder.archive_previous(run_dir)
+    metrics = folder.open_run_dir(run_dir, cfg, tokenizer, resume_step, start_log, board)
     cleanup.callback(metrics.close)
     return metrics, corpus.cleaning_report(corpus_folder, run_dir / "removed-pairs.tsv")
 
@@ -207,7 +217,7 @@ def log_start(s: Session, resumed: bool, parent: Parent | None) -> None:
         "model: %d parameters; device %s; precision %s; threads %d; processes %d",
         count_parameters(s.model),
         s.device,
-        distributed.ran_precision(s.device, s.cfg.train.precision),
+        devices.ran_precision(s.device, s.cfg.train.precision),
         torch.get_num_threads(),
         s.ranks.world,
     )
@@ -246,7 +256,7 @@ def learner(
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(trainable, lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.train.precision == "fp16")
-    ran = distributed.ran_precision(device, cfg.train.precision)
+    ran = devices.ran_precision(device, cfg.train.precision)
     if resumed:
         progress = restore(resumed.ckpt, model, optimizer, scaler, ranks.rank, device)
         progress.precision = distributed.precision_so_far(progress.precision, progress.step, ran)
@@ -339,7 +349,7 @@ def summary(p: Progress, stop: str, interrupted: str = "") -> dict:
     return {
         "step": p.step,
         "epoch": p.epoch,
-        "best_bleu": p.best.get("bleu"),
+        f"best_{PRIMARY.key}": p.best.get(PRIMARY.key),
         "best_step": p.best_step,
         "train_seconds": p.train_seconds,
         "elapsed_s": p.elapsed_s,

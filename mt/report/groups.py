@@ -197,7 +197,8 @@ def groups_section(groups: list[list], metrics: list, tokenizer: str) -> list[st
         "",
         "A group's score: the mean over its seeds ± their standard deviation. p: Welch's t of the difference"
         " of means against the first group, counting the seeds' spread and the test sentences' (paired"
-        f" bootstrap, {RESAMPLES} resamples; mt.groups, after Clark et al. 2011); * = p < {P_THRESHOLD}.",
+        f" bootstrap, {RESAMPLES} resamples; mt.report.groups, after Clark et al. 2011); * = p <"
+        f" {P_THRESHOLD}.",
         "",
         "| " + " | ".join(columns) + " |",
         "|" + "---|" * len(columns),

@@ -8,13 +8,14 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from mt.batching import Batch
 from mt.config import TrainConfig
-from mt.loss import batch_loss
+from mt.devices import autocast
+from mt.loss import label_smoothed_loss
 from mt.training import distributed
-from mt.training.distributed import autocast
 
 
 def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
@@ -30,6 +31,15 @@ def learning_rate(t: TrainConfig, step: int) -> float:
     if t.schedule == "inverse_sqrt":
         return inverse_sqrt_lr(step, t.lr, t.warmup_steps)
     return t.lr * max(0.0, min(step / t.warmup_steps, 1.0 - step / t.max_steps))
+
+
+def batch_loss(model: torch.nn.Module, batch: Batch, epsilon: float) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed loss and NLL of a batch's target tokens, teacher-forced, over the output
+    layer's pieces (model.output_pieces: the smoothing spreads over those); `model` may be wrapped in
+    DistributedDataParallel."""
+    logits = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)  # (B, T, V')
+    target = getattr(model, "module", model).output_ids(batch.tgt_out)  # (B, T) output positions
+    return label_smoothed_loss(logits.flatten(0, 1), target.flatten(), epsilon)
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Training: `train`, whose loop reads top to bottom: batch -> step -> log -> validate -> save -> stop
-(the update itself is mt.step's `train_step`; setting up and finishing a run, mt.session's).
+(the update itself is mt.training.step's `train_step`; setting up and finishing a run, mt.training.session's).
 
 `train(cfg, run_dir)` writes everything a run needs into `run_dir` (see mt.run.folder for the files). It
 checks every input first (config, corpus, tokenizer, the checkpoint to resume) and writes nothing
@@ -26,15 +26,15 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt.config import RunConfig, TrainConfig
-from mt.metrics import HEADLINE, label
+from mt.metrics import HEADLINE, PRIMARY, label
 from mt.run import checkpoint
 from mt.run.card import read_card
-from mt.run.folder import read_metrics
-from mt.run.records import Progress, Window
+from mt.run.metrics_log import read_metrics
+from mt.run.progress import Progress, Window
 from mt.run.resume import Resumed, resume_checkpoint
-from mt.session import Session, best_so_far, finish, save, setup, summary, write_metrics
-from mt.step import StepStats, learning_rate, train_step
 from mt.training import distributed
+from mt.training.session import Session, best_so_far, finish, save, setup, summary, write_metrics
+from mt.training.step import StepStats, learning_rate, train_step
 from mt.training.tuning import tune_unless_tuned
 from mt.training.validation import validate
 
@@ -165,7 +165,7 @@ def validate_and_save(s: Session) -> None:
             result["val_loss"],
             result["val_ppl"],
             scored,
-            p.best["bleu"],
+            p.best[PRIMARY.key],
             p.best_step,
             s.cfg.train.valid_beam,
             result["bleu_signature"],

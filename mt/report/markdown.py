@@ -3,8 +3,9 @@
 One row per run (from card.json), the config keys that differ between runs, and sacreBLEU's paired
 bootstrap resampling of BLEU and chrF of every run against the first, on the same test set and
 decoding setting. By default each run is compared at its own decoding on test, the result a plain `mt
-evaluate --run DIR` wrote: test-tuned where `mt tune` chose the run's beam and length penalty, else
-the one its config's decode section names (test, test-beam5, ...); `--setting` compares one named
+evaluate --run DIR` wrote: test-tuned where `mt tune` chose the run's decoding (mt.run.folder.result_name
+says under which name the card holds it), else the one its config's decode section names (test,
+test-beam5, ...); `--setting` compares one named
 evaluation of every run, and `RUN@SETTING` another of a run's evaluations (e.g. its averaged checkpoint:
 `runs/x@test-beam5 runs/x@test-beam5-averaged`). Runs scored on other references or with other metric
 signatures are listed but not compared, and the report says why. Plots (training NLL and val BLEU
@@ -14,157 +15,20 @@ they were skipped.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from sacrebleu.significance import PairedTest
 
-from mt.config import config_to_dict, read_saved_config
-from mt.curves import plot_curves
-from mt.groups import P_THRESHOLD, groups_section, p_text, seed_groups
-from mt.metrics import HEADLINE, METRICS, Metric, improves, signature_tokenizer
-from mt.plumbing.config_yaml import flatten
-from mt.plumbing.errors import ConfigError, RunDirError
+from mt.metrics import HEADLINE, METRICS, PRIMARY, Metric, best_of, improves, signature_tokenizer
+from mt.plumbing.errors import RunDirError
 from mt.plumbing.files import write_text
-from mt.run.card import read_card
-from mt.run.folder import read_metrics
-from mt.run.names import chooser_text, evaluation_name
+from mt.report.curves import plot_curves
+from mt.report.groups import P_THRESHOLD, groups_section, p_text, seed_groups
+from mt.report.runs import Run, check_one_tokenizer, comparability, load_runs, results_named
+from mt.run.names import chooser_text
 from mt.run.provenance import differing_keys
 
 BOOTSTRAP_SAMPLES = 1000
-
-
-@dataclass
-class Run:
-    """What the report reads from one run directory."""
-
-    path: Path
-    card: dict
-    metrics: list[dict]
-    config: dict  # DIR/config.yaml, flattened: {"train.lr": 0.001, ...}
-    setting: str = ""  # the evaluation this row shows: RUN@SETTING's, --setting's, or the run's own
-    label: str = ""  # the folder name (or the whole path where two runs share one), @SETTING if named
-
-    def result(self) -> dict | None:
-        return self.card.get("results", {}).get(self.setting)
-
-    def lines(self, name: str, count: int) -> list[str]:
-        """The `count` lines of DIR/name (hypotheses or references that `mt evaluate` wrote)."""
-        path = self.path / name
-        try:
-            lines = path.read_bytes().decode("utf-8").split("\n")[:-1]
-        except (OSError, UnicodeDecodeError) as e:
-            raise RunDirError(
-                f"{path}: cannot read ({getattr(e, 'strerror', None) or e}); run `mt evaluate --run "
-                f"{self.path}` again to rewrite it"
-            ) from None
-        if len(lines) != count:
-            raise RunDirError(
-                f"{path}: {len(lines)} lines, but card.json says {count} sentences were scored; run "
-                f"`mt evaluate --run {self.path}` again to rewrite it"
-            )
-        return lines
-
-
-def result_problem(card: dict, setting: str) -> str:
-    """What in a checked card (records.Card) the report cannot use for `setting` ("" = nothing)."""
-    result = card.get("results", {}).get(setting)
-    if result is not None and any(Path(result[k]).name != result[k] for k in ("hyp_file", "ref_file")):
-        return f"results.{setting} names files outside the run directory"
-    return ""
-
-
-def split_setting(arg: str | Path) -> tuple[Path, str]:
-    """ "runs/x@test-beam5" -> (runs/x, "test-beam5"); a plain path (even one with an @ in it) ->
-    (path, "")."""
-    path, at, setting = str(arg).rpartition("@")
-    return (Path(path), setting) if at and not Path(arg).exists() and setting else (Path(arg), "")
-
-
-def own_setting(path: Path, card: dict, split: str = "test") -> str:
-    """The evaluation a plain `mt evaluate --run DIR --split SPLIT` files a run's result under: SPLIT-tuned
-    where the run was tuned (`mt tune` drops those results when it tunes again), else the name of its
-    config's decoding (test, test-beam5-lp1.5, ...). A run without that result is refused, with the
-    results it has."""
-    tuned, plain = f"{split}-tuned", evaluation_name(split, read_saved_config(path / "config.yaml").decode)
-    for own in (tuned, plain):
-        if own in card.get("results", {}):
-            return own
-    own = tuned if card.get("tuning") else plain
-    raise RunDirError(
-        f"{path}: no '{own}' result (the run's own decoding on {split}); run `mt evaluate --run {path} "
-        f"--split {split}` first, or compare {_results_named(card)} with --setting"
-    )
-
-
-def _results_named(card: dict) -> str:
-    """The results a card holds, for a refusal: "one of its results (test-beam5, val)"."""
-    names = ", ".join(sorted(card.get("results", {})))
-    return f"one of its results ({names})" if names else "a result (it has none yet)"
-
-
-def load_runs(paths: list[str | Path], setting: str = "") -> list[Run]:
-    """The runs to compare, checked. A row shows the evaluation its RUN@SETTING names, else `setting`,
-    else ("") the run's own decoding on test (`own_setting`)."""
-    runs, named = [], []
-    for path, at_setting in map(split_setting, paths):
-        card = read_card(path)
-        if not card:
-            raise RunDirError(
-                f"{path}/card.json: not found; train the run (or run `mt evaluate --run {path}`) first"
-            )
-        shown = at_setting or setting or own_setting(path, card)
-        problem = result_problem(card, shown)
-        if problem:
-            raise RunDirError(
-                f"{path}/card.json: damaged ({problem}); restore it, or delete it and run `mt evaluate "
-                f"--run {path}` to write a new one"
-            )
-        config = flatten(config_to_dict(read_saved_config(path / "config.yaml")))
-        runs.append(Run(path, card, read_metrics(path / "metrics.jsonl"), config, shown))
-        named.append(at_setting)
-    if len({(r.path.resolve(), r.setting) for r in runs}) != len(runs):
-        raise ConfigError(
-            "the same run directory is given twice (RUN@SETTING compares two of its evaluations)"
-        )
-    folders = {r.path.resolve(): r.path.name for r in runs}
-    names = list(folders.values())
-    for run, at_setting in zip(runs, named):
-        folder = run.path.name if names.count(run.path.name) == 1 else str(run.path)
-        run.label = f"{folder}@{at_setting}" if at_setting else folder
-    return runs
-
-
-def _signatures_without_version(result: dict) -> tuple[str, ...]:
-    # the sacrebleu version does not change a score
-    # (a result written before a headline metric existed lacks it, and is not compared)
-    return tuple(re.sub(r"\|version:[^|]*", "", result.get(f"{m.key}_signature", "")) for m in HEADLINE)
-
-
-def comparability(base: dict | None, other: dict | None) -> str:
-    """Why `other` cannot be compared with `base` (same setting, same test set, same metrics); "" if
-    it can."""
-    if base is None or other is None:
-        return "not evaluated with this decoding setting"
-    if base["refs_sha256"] != other["refs_sha256"] or base["sentences"] != other["sentences"]:
-        return "scored on a different test set (other references)"
-    if _signatures_without_version(base) != _signatures_without_version(other):
-        return "scored with different metric signatures"
-    return ""
-
-
-def check_one_tokenizer(runs: list[Run]) -> None:
-    """Refuse runs whose BLEU was scored with another tokenizer than the baseline's: tok:zh and tok:13a
-    count different units, so neither their scores nor a test between them mean anything."""
-    tokenizers = [signature_tokenizer((r.result() or {}).get("bleu_signature", "")) for r in runs]
-    for run, tokenizer in zip(runs[1:], tokenizers[1:]):
-        if (run.result() or {}).get("bleu_signature") and tokenizer != tokenizers[0]:
-            raise RunDirError(
-                f"{run.path}: BLEU scored with sacreBLEU's {tokenizer} tokenizer, the baseline "
-                f"{runs[0].path} with {tokenizers[0]}; a report compares scores of one tokenizer "
-                f"(eval.bleu_tokenize)"
-            )
 
 
 def paired_bootstrap(runs: list[Run]) -> list[dict]:
@@ -196,7 +60,7 @@ def _fmt(value, spec: str = ".2f", missing: str = "–") -> str:
     return missing if value is None else format(value, spec)
 
 
-_p = p_text  # the one p-value cell (mt.groups)
+_p = p_text  # the one p-value cell (mt.report.groups)
 
 
 def _verdict(metric: Metric, base: float, score: float, ci: float, p: float) -> str:
@@ -216,15 +80,14 @@ def render(runs: list[Run], plots: str) -> str:
     if problems[0]:
         raise RunDirError(
             f"{runs[0].path}: the baseline has no '{runs[0].setting}' result; run `mt evaluate` on it "
-            f"first, or compare {_results_named(runs[0].card)}"
+            f"first, or compare {results_named(runs[0].card)}"
         )
     check_one_tokenizer(runs)
     comparable = [r for r, why in zip(runs, problems) if not why]
     tests = (
         dict(zip([r.label for r in comparable], paired_bootstrap(comparable))) if len(comparable) > 1 else {}
     )
-    top = max(r.result()["bleu"] for r in comparable)
-    best = [r for r in comparable if r.result()["bleu"] == top]  # ties share the star
+    best = best_of(comparable, lambda r: r.result()[PRIMARY.key])  # ties share the star
     out = _header(runs)
     for run, why in zip(runs, problems):
         if why:
@@ -282,7 +145,8 @@ def _header(runs: list[Run]) -> list[str]:
 
 
 def _decoding(run: Run) -> str:
-    """How a row's translations were decoded: "beam 3, length penalty 2.0 (`test-tuned`: tuned on val)"."""
+    """How a row's translations were decoded: "beam 3, length penalty 2.0 (`test-tuned`: `test-beam3-lp2`,
+    tuned on val)"."""
     result = run.result() or {}
     if not result:
         return f"(no `{run.setting}` result)"
@@ -292,7 +156,7 @@ def _decoding(run: Run) -> str:
         if decode.get("sample")
         else f"beam {result['beam']}, length penalty {result['length_penalty']}{chooser_text(decode)}"
     )
-    tuned = ": tuned on val" if run.setting.endswith("-tuned") else ""
+    tuned = f": `{run.key}`, tuned on val" if run.setting.endswith("-tuned") else ""
     return f"{how} (`{run.setting}`{tuned})"
 
 

@@ -1,6 +1,6 @@
 """`mt report`'s learning curves: training NLL and validation BLEU against steps and wall time, a line
 per run (`runs`: mt.report's rows, each with a path, a label and its metrics.jsonl records), or per
-group of seeds (mt.groups) its mean with a band from its lowest to its highest run. Drawn with
+group of seeds (mt.report.groups) its mean with a band from its lowest to its highest run. Drawn with
 matplotlib, the optional `plot` extra, imported only when a report is written."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from mt.metrics import PRIMARY
 from mt.plumbing.files import write_figure
 
 
@@ -18,12 +19,12 @@ def curve_points(runs: list) -> list[tuple[str, dict[tuple[int, int], tuple[list
     points = []
     for run in [r for r in runs if latest[r.path.resolve()] is r]:
         logs = [r for r in run.metrics if "loss" in r]
-        vals = [r for r in run.metrics if "val_bleu" in r]
+        vals = [r for r in run.metrics if f"val_{PRIMARY.key}" in r]
         panels = {}
         for col, x in enumerate(("step", "elapsed_s")):
             scale = 1 if x == "step" else 1 / 60
             panels[0, col] = [r[x] * scale for r in logs], [r["nll"] for r in logs]
-            panels[1, col] = [r[x] * scale for r in vals], [r["val_bleu"] for r in vals]
+            panels[1, col] = [r[x] * scale for r in vals], [r[f"val_{PRIMARY.key}"] for r in vals]
         points.append((run.label, panels))
     return points
 
@@ -65,7 +66,7 @@ def plot_curves(runs: list, path: Path, groups: list[tuple[str, list]] = ()):
             axes[row][col].fill_between(xs, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     for col, xlabel in enumerate(("step", "wall clock (minutes)")):
         axes[0][col].set(xlabel=xlabel, ylabel="training NLL (unsmoothed)")
-        axes[1][col].set(xlabel=xlabel, ylabel="validation BLEU (beam train.valid_beam)")
+        axes[1][col].set(xlabel=xlabel, ylabel=f"validation {PRIMARY.label} (beam train.valid_beam)")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:  # a panel no run has points for gets no empty legend
