@@ -230,7 +230,7 @@ def _compute(training: dict) -> str:
 
 def write_report(paths: list[str | Path], out: str | Path, setting: str = "") -> tuple[Path, str]:
     """Write the Markdown report (and its plot beside it); returns (report path, plots note). `setting`:
-    the evaluation every row shows ("": each run's own, `own_setting`)."""
+    the evaluation every row shows ("": each run's own, `mt.report.runs.own_setting`)."""
     runs = load_runs(paths, setting)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
