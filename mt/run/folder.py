@@ -15,10 +15,11 @@ training writes there.
 
     DIR/train.lock      held (flock) while a training writes DIR
 
-Checkpoints are mt.run.checkpoint's, the card mt.run.card's; resuming is mt.training.session's. Reading a run
-(`load_run`, `read_metrics`) checks everything and writes nothing; a damaged file is a one-line
-RunDirError. Writing: `open_run_dir` makes a run's first writes once every input has been checked,
-`locked` keeps a second training out, `MetricsLog` and `run_log` are metrics.jsonl and train.log.
+Checkpoints are mt.run.checkpoint's, the card mt.run.card's, metrics.jsonl mt.run.metrics_log's;
+resuming is mt.training.session's. Reading a run (`load_run`, `run_decoding`, `result_name`) checks
+everything and writes nothing; a damaged file is a one-line RunDirError. Writing: `open_run_dir` makes a
+run's first writes once every input has been checked, `locked` keeps a second training out, `run_log`
+is train.log.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from mt.config import RunConfig
 from mt.data import load_split
 from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, TUNED, DecodeConfig, decoding
 from mt.devices import resolve_device
-from mt.metrics import HEADLINE, PRIMARY, corpus_scores
+from mt.metrics import HEADLINE, PRIMARY, best_of, corpus_scores
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.files import file_sha256
@@ -109,8 +109,7 @@ def best_setting(tried: list[dict]) -> dict:
             t["length_penalty"],
         )
 
-    direction = 1 if PRIMARY.higher_is_better else -1
-    return max(tried, key=lambda t: (direction * t[PRIMARY.key], *(-c for c in cost(t))))
+    return min(best_of(tried), key=cost)
 
 
 def tune(
