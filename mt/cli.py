@@ -188,7 +188,8 @@ def cmd_average(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     _setup_logging()
-    translator = _open(args, engine="torch", device="cpu")  # CTranslate2 takes the weights from host memory
+    # CTranslate2 takes the weights from host memory; neither export carries reranking, so its runs stay shut
+    translator = _open(args, engine="torch", device="cpu", rerank="")
     print(f"wrote {translator.export(args.quantization, args.out, args.format)}")
 
 
@@ -253,7 +254,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
 
     _setup_logging()
     grid = make_grid(args.beams, args.length_penalties)
-    more = choices(args.mbr, args.rerank) if args.mbr or args.rerank else None
+    more = choices(args.mbr, args.rerank, args.run) if args.mbr or args.rerank else None
     tuning = tune(args.run, args.checkpoint, args.device, grid, more)
     _print_tuning(args.run, tuning)
 

@@ -23,6 +23,7 @@ class Hypothesis:
     tokens: list[int]  # without bos and eos
     score: float  # log-probability / length penalty: what beams are ranked by
     logprob: float  # total log-probability, eos included when it was emitted
+    ended: bool = True  # eos was written (False: cut at the length limit; the penalty counts no eos)
 
 
 def max_output_lengths(src_mask: Tensor, a: float, b: int, limit: int) -> Tensor:
@@ -164,7 +165,8 @@ def greedy_decode(
                 cache.reorder(keep, keep)
     out_tokens[rows], out_logprob[rows] = tokens, logprob
     return [
-        Hypothesis(_strip(ids), lp, lp) for ids, lp in zip(out_tokens[:, 1:].tolist(), out_logprob.tolist())
+        Hypothesis(_strip(ids), lp, lp, EOS in ids)
+        for ids, lp in zip(out_tokens[:, 1:].tolist(), out_logprob.tolist())
     ]
 
 
@@ -265,7 +267,12 @@ class _Beams:
             self.fin_logprob.tolist(),
         ):
             hyps = [
-                Hypothesis(ids[j][: length[j]], logprob[j] / length_penalty(step[j], self.alpha), logprob[j])
+                Hypothesis(
+                    ids[j][: length[j]],
+                    logprob[j] / length_penalty(step[j], self.alpha),
+                    logprob[j],
+                    ended=step[j] > length[j],
+                )
                 for j in range(n)
             ]
             found.append(sorted(hyps, key=lambda h: -h.score)[:n_best])

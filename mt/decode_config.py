@@ -139,24 +139,7 @@ def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling =
     value, with what they imply for the options left to `decode` (`implied`), and n_best <= beam: the one
     path from CLI flags, an HTTP request, a config file or the API's keywords to a checked DecodeConfig.
     A ConfigError's `key` is the option to blame."""
-    fields = fields_of(DecodeConfig)
-    given = {}
-    for key, value in options.items():
-        if (
-            key not in fields
-        ):  # a keyword of the Python API (flags and requests are parsed against the fields)
-            close = difflib.get_close_matches(key, fields, n=1)
-            hint = (
-                f"did you mean {spelling.name(close[0])}?"
-                if close
-                else f"the options are {', '.join(fields)}"
-            )
-            raise ConfigError(f"{spelling.name(key)}: not a decoding option; {hint}", key)
-        if value is not None:
-            try:
-                given[key] = check_value(spelling.name(key), *fields[key], value)
-            except Mismatch as e:
-                raise ConfigError(str(e), key) from None
+    given = checked_options(options, spelling)
     decode = dataclasses.replace(decode, **implied(given), **given)
     if decode.compute_type != "default" and decode.engine != "ctranslate2":
         raise ConfigError(
@@ -186,16 +169,45 @@ def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling =
     return decode
 
 
+def checked_options(options: dict[str, Any], spelling: Spelling) -> dict[str, Any]:
+    """The options given (None: not given), each checked as its DecodeConfig field; an unknown one (a
+    keyword of the Python API: flags and requests are parsed against the fields) names the closest."""
+    fields = fields_of(DecodeConfig)
+    given = {}
+    for key, value in options.items():
+        if key not in fields:
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = (
+                f"did you mean {spelling.name(close[0])}?"
+                if close
+                else f"the options are {', '.join(fields)}"
+            )
+            raise ConfigError(f"{spelling.name(key)}: not a decoding option; {hint}", key)
+        if value is not None:
+            try:
+                given[key] = check_value(spelling.name(key), *fields[key], value)
+            except Mismatch as e:
+                raise ConfigError(str(e), key) from None
+    return given
+
+
+CHOOSERS = ("mbr", "mbr_samples", "rerank")  # what chooses a line's translation among its candidates
+
+
 def implied(given: dict[str, Any]) -> dict[str, Any]:
     """What the options a user gives imply for those they leave to `decode` (a run's tuned beam, a
-    server's defaults): sampling draws one token at a time (beam 1), and a beam searches (no sampling).
-    So a given option wins over a default together with what it needs; two given options that clash
-    are still refused."""
+    server's defaults): sampling draws one token at a time (beam 1), and a beam searches (no sampling);
+    either one candidate a line (beam 1, a sample) chooses among none (no MBR, no reranking). So a
+    given option wins over a default together with what it needs; two given options that clash are
+    still refused."""
+    found: dict[str, Any] = {}
     if given.get("sample") and "beam" not in given:
-        return {"beam": 1}
+        found["beam"] = 1
     if given.get("beam", 1) > 1 and "sample" not in given:
-        return {"sample": ""}
-    return {}
+        found["sample"] = ""
+    if (given.get("sample") or given.get("beam") == 1) and not set(CHOOSERS) & given.keys():
+        found |= {"mbr": "", "mbr_samples": 0, "rerank": ""}
+    return found
 
 
 SAMPLE = re.compile(r"topk:[1-9][0-9]*|topp:(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)")

@@ -63,7 +63,7 @@ def autocast(device: torch.device, precision: str):
 def set_precision(device: torch.device, precision: str) -> None:
     """TF32 matmuls and convolutions on CUDA only when asked for (fp32 means fp32), and attention without
     cuDNN's kernels; bf16 on a CPU with room for oneDNN's kernels (ONEDNN_KERNELS); a precision this
-    device only emulates is said once. torch >= 2.9 sets TF32 through
+    device only emulates is one warning. torch >= 2.9 sets TF32 through
     fp32_precision, older torch through allow_tf32: the two must not be mixed."""
     precision = ran_precision(device, precision)
     if precision not in native_precisions(device):

@@ -38,7 +38,7 @@ from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, DecodeConfig, re
 from mt.metrics import best_of
 from mt.model import Seq2Seq
 from mt.plumbing.errors import RunDirError
-from mt.run.folder import load_run
+from mt.run.folder import load_run, run_config, stored_runs
 from mt.score import score_pairs
 from mt.tokenizer import Tokenizer
 from mt.translate import Engine, as_written, search_lines
@@ -51,7 +51,7 @@ Reverse = list[tuple[Tokenizer, Seq2Seq]]  # the reverse runs' tokenizers and mo
 class Candidate:
     text: str
     logprob: float  # log p(y | x) under the forward model, eos included
-    pieces: int  # its pieces, eos counted: the length penalty's length
+    pieces: int  # the length its beam's length penalty counted: its pieces, and eos where written
 
 
 def candidate_pool(
@@ -98,7 +98,7 @@ def _candidates(searcher, tokenizer, lines, decode, max_source, prefixes) -> lis
     for i, hyps in enumerate(found):
         texts = tokenizer.decode([h.tokens for h in hyps])
         texts = as_written(texts, [prefixes[i]] * len(texts), tokenizer) if prefixes else texts
-        pool.append([Candidate(t, h.logprob, len(h.tokens) + 1) for t, h in zip(texts, hyps)])
+        pool.append([Candidate(t, h.logprob, len(h.tokens) + h.ended) for t, h in zip(texts, hyps)])
     return pool
 
 
@@ -177,17 +177,19 @@ def reverse_logprobs(
     if not pairs:
         return found
     total = torch.zeros(len(pairs), dtype=torch.float64)
-    scored = sorted({i for i, _ in pairs})  # the lines with more than one candidate
+    lines_scored = sorted({i for i, _ in pairs})  # the lines with more than one candidate
     for tokenizer, model in reverse:
         src = tokenizer.encode([pool[i][j].text for i, j in pairs])
-        encoded = dict(zip(scored, tokenizer.encode_target([lines[i] for i in scored])))  # a line once
-        tgt = [encoded[i] for i, _ in pairs]
+        encoded = dict(zip(lines_scored, tokenizer.encode_target([lines[i] for i in lines_scored])))
+        tgt = [encoded[i] for i, _ in pairs]  # each line encoded once
         limit = model.cfg.max_positions - 1
         fits = [k for k in range(len(pairs)) if max(len(src[k]), len(tgt[k])) <= limit]
         device = next(model.parameters()).device
-        scored = score_pairs(model, [src[k] for k in fits], [tgt[k] for k in fits], decode, device)
+        results = score_pairs(model, [src[k] for k in fits], [tgt[k] for k in fits], decode, device)
         logprob = torch.full((len(pairs),), float("-inf"), dtype=torch.float64)
-        logprob[fits] = torch.tensor([s.logprob / len(s.token_logprobs) for s in scored], dtype=torch.float64)
+        logprob[fits] = torch.tensor(
+            [s.logprob / len(s.token_logprobs) for s in results], dtype=torch.float64
+        )
         total += logprob / len(reverse)
     for (i, j), value in zip(pairs, total.tolist()):
         found[i][j] = value
@@ -242,7 +244,9 @@ def chosen_search(nbest: bool, reverse: Reverse, tokenize: str) -> Callable:
 
 
 def open_reverse(rerank: str, cfg: RunConfig, device: torch.device) -> Reverse:
-    """decode.rerank's runs opened at best.pt (each must translate cfg's target language into its source)."""
+    """decode.rerank's runs opened at best.pt: each must translate cfg's target language into its
+    source, or learn both directions (data.both_directions: `make bit`'s first stage reranks its own
+    child at no extra training)."""
     reverse = []
     for run in reverse_runs(rerank):
         if not Path(run).is_dir():
@@ -251,10 +255,13 @@ def open_reverse(rerank: str, cfg: RunConfig, device: torch.device) -> Reverse:
                 f"(--rerank '') to translate without reranking"
             )
         theirs, tokenizer, model = load_run(run)
-        if (theirs.data.src_lang, theirs.data.tgt_lang) != (cfg.data.tgt_lang, cfg.data.src_lang):
+        wanted = (cfg.data.tgt_lang, cfg.data.src_lang)
+        languages = (theirs.data.src_lang, theirs.data.tgt_lang)
+        if languages != wanted and not (theirs.data.both_directions and languages == wanted[::-1]):
+            arrow = "<->" if theirs.data.both_directions else "->"
             raise RunDirError(
-                f"rerank {run}: it translates {theirs.data.src_lang}->{theirs.data.tgt_lang}; reranking "
-                f"needs a run that translates {cfg.data.tgt_lang}->{cfg.data.src_lang}"
+                f"rerank {run}: it translates {arrow.join(languages)}; reranking needs a run that "
+                f"translates {'->'.join(wanted)} (or both ways: data.both_directions)"
             )
         reverse.append((tokenizer, model.to(device)))
     return reverse
@@ -272,10 +279,14 @@ TUNE_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
 Found = list[tuple[DecodeConfig, list[str], float]]  # (a setting, val's 1-best under it, its seconds)
 
 
-def choices(mbr: bool, rerank: str) -> Callable:
-    """`mt tune`'s `more` (mt.training.tuning.tune): MBR with each utility over each pool where `mbr`,
-    reranking by the `rerank` runs at each weight and length penalty over each of RERANK_BEAMS' pools
-    where given; each pool of val searched once, at the grid's best length penalty for beam 5."""
+def choices(mbr: bool, rerank: str, run: str | Path) -> Callable:
+    """`mt tune`'s `more` (mt.training.tuning.tune) for `run`: MBR with each utility over each pool where
+    `mbr`, reranking by the `rerank` runs at each weight and length penalty over each of RERANK_BEAMS'
+    pools where given; each pool of val searched once, at the grid's best length penalty for beam 5.
+    The reverse runs are opened here, before any decoding, so that a mistake in one costs no grid; the
+    card stores them relative to `run` (`stored_runs`), so the tuned run opens from any folder."""
+    reverse = open_reverse(rerank, run_config(run), torch.device("cpu")) if rerank else []
+    stored = stored_runs(rerank, run)
 
     def more(
         model: Seq2Seq, tokenizer: Tokenizer, cfg: RunConfig, src: list[str], tried: list[dict]
@@ -291,7 +302,9 @@ def choices(mbr: bool, rerank: str) -> Callable:
             found += (
                 mbr_choices(model, tokenizer, cfg, src, base, searched) if mbr and beam == POOL_BEAM else []
             )
-            found += rerank_choices(rerank, cfg, src, base, searched, device) if rerank else []
+            if rerank:
+                moved = [(t, m.to(device)) for t, m in reverse]
+                found += rerank_choices(stored, moved, src, base, searched)
         return found
 
     return more
@@ -319,19 +332,18 @@ def mbr_choices(
 
 
 def rerank_choices(
-    rerank: str, cfg: RunConfig, src: list[str], base: DecodeConfig, searched: tuple, device: torch.device
+    stored: str, reverse: Reverse, src: list[str], base: DecodeConfig, searched: tuple
 ) -> Found:
-    """Reranking of the beam's pool by the `rerank` runs, at each weight and length penalty: the reverse
-    runs score the pool once."""
+    """Reranking of the beam's pool by the `reverse` runs (`stored`: decode.rerank as the card keeps
+    it), at each weight and length penalty: the reverse runs score the pool once."""
     beamed, beam_s = searched
     start = time.perf_counter()
-    reverse = open_reverse(rerank, cfg, device)
     backward = reverse_logprobs(reverse, beamed, src, base)
     seconds = beam_s + time.perf_counter() - start
     found = []
     for weight in TUNE_WEIGHTS:
         for alpha in TUNE_LENGTH_PENALTIES:
-            decode = replace(base, rerank=rerank, rerank_weight=weight, length_penalty=alpha)
+            decode = replace(base, rerank=stored, rerank_weight=weight, length_penalty=alpha)
             hyps = [n[0][0] for n in ranked(beamed, channel_scores(beamed, backward, weight, alpha), 1)]
             found.append((decode, hyps, seconds))
     return found

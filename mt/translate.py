@@ -48,7 +48,10 @@ def split_pieces(ids: list[int], limit: int, starts_word: Callable[[int], bool])
 
 def _join(hyps: list[Hypothesis]) -> Hypothesis:
     return Hypothesis(
-        [t for h in hyps for t in h.tokens], sum(h.score for h in hyps), sum(h.logprob for h in hyps)
+        [t for h in hyps for t in h.tokens],
+        sum(h.score for h in hyps),
+        sum(h.logprob for h in hyps),
+        hyps[-1].ended,
     )
 
 

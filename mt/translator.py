@@ -25,6 +25,7 @@ decoding thread is its one caller there.
 
 from __future__ import annotations
 
+import logging
 import os
 import reprlib
 import threading
@@ -41,20 +42,21 @@ from mt.ct2.export import export_model
 from mt.decode import Ensemble
 from mt.decode_config import KEYWORD, DecodeConfig, Spelling, decoding
 from mt.devices import resolve_device
-from mt.hf import export_hf, model_card
+from mt.hf.card import export_run
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.plumbing.files import file_sha256
 from mt.rerank import Reverse, chosen_search, open_reverse
-from mt.run.card import read_card
 from mt.run.folder import checkpoint_path, load_run
 from mt.score import Scored, score_lines
 from mt.sentences import join_lines, join_texts, sentences_of, splitter
 from mt.tokenizer import Tokenizer
 from mt.translate import translate_lines, translate_nbest
 
-# the searcher is built for the engine and compute type, and decode.rerank's runs are opened
+log = logging.getLogger(__name__)
+
+# the searcher is built for the engine and compute type, decode.rerank's runs opened (a call may drop them)
 FIXED_AT_OPEN = ("engine", "compute_type", "rerank")
 
 
@@ -118,6 +120,7 @@ class Translator:
         path = checkpoint_path(run, checkpoint)  # once: "best" may warn that it falls back to last.pt
         config, tokenizer, model = load_run(run, str(path), overrides)
         decode = decoding(config.decode, {"engine": engine, **options}, spelling)
+        say_left_out(config.decode, decode, options, spelling)
         device = device_of(device)
         model = model.to(device)
         name = spelling.name("ensemble")
@@ -136,7 +139,7 @@ class Translator:
         """The decoding options in force with `options` changed (None: keep), checked."""
         for key in FIXED_AT_OPEN:
             value = options.get(key)
-            if value not in (None, getattr(self.decode, key)):
+            if value not in (None, getattr(self.decode, key)) and (key, value) != ("rerank", ""):
                 raise ConfigError(
                     f"{self.spelling.given(key, value)}: the engine is chosen when the run is opened; "
                     f"open it again and {self.spelling.fix(key, value)}",
@@ -229,17 +232,16 @@ class Translator:
     def export(self, quantization: str = "none", out: str | Path | None = None, format: str = "ct2") -> Path:
         """`mt export`: the checkpoint as a CTranslate2 model directory (default RUN/ct2, which engine
         ctranslate2 reads), with a note of the checkpoint's file, its sha256 and the run's config; or
-        with format "hf" a Transformers model directory (default RUN/hf, mt.hf), at full precision."""
+        with format "hf" a Transformers model directory (default RUN/hf, mt.hf.card), at full precision."""
         if format == "hf":
-            if quantization != "none":
+            if quantization not in ("none", "float32"):
                 raise ConfigError(
                     "--quantization: Transformers' export is float32; leave it out", "quantization"
                 )
-            folder = Path(out) if out else self.run / "hf"
-            card = model_card(self.run, config_to_dict(self.config), read_card(self.run))
             with self.lock:
-                export_hf(self.model, self.tokenizer, self.decode, folder, card)
-            return folder
+                return export_run(
+                    self.run, self.config, self.tokenizer, self.model, Path(out or self.run / "hf")
+                )
         folder = Path(out) if out else self.run / "ct2"
         note = {
             "checkpoint": self.checkpoint.name,
@@ -254,6 +256,18 @@ class Translator:
     def max_source(self) -> int:
         """Source pieces a line may have before it is translated in parts: the run's data.max_len."""
         return self.config.data.max_len
+
+
+def say_left_out(run: DecodeConfig, decode: DecodeConfig, options: dict, spelling: Spelling) -> None:
+    """Log the MBR or reranking of the run's decoding (`mt tune`'s choice) that the options given leave
+    out by implication (beam 1 or a sample: one candidate a line, mt.decode_config.implied)."""
+    for key in ("mbr", "rerank"):
+        if getattr(run, key) and not getattr(decode, key) and options.get(key) is None:
+            why = spelling.given("sample", decode.sample) if decode.sample else spelling.given("beam", 1)
+            log.warning(
+                f"{why} gives one candidate a line: translating without the run's "
+                f"{spelling.given(key, getattr(run, key))}"
+            )
 
 
 def join_best(found: list[list[tuple[str, float]]]) -> list[tuple[str, float]]:

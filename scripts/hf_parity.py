@@ -1,10 +1,13 @@
 """A run's `mt export --format hf` against mt itself on a test set: greedy lines equal (Transformers'
 generate cut at mt's own a * S + b limit), every differing line's near tie (the top two
-log-probabilities' gap where the two first part), BLEU through the export's generation config beside
-mt's own decoding, and sentences/s of Transformers' greedy and beam beside mt's torch and CTranslate2
-engines, measured in one process.
+log-probabilities' gap where the two first part), the beam at the run's tuned setting (mt's beam and
+length penalty; generate with the export's generation_config.json, whose penalty is matched in
+Transformers' formula) with its lines equal and BLEU, and sentences/s of Transformers' greedy and beam
+beside mt's torch and CTranslate2 engines, measured in one process. The test set is the run's split
+(read as mt reads it), or --src/--ref files (plain or .gz, read as mt reads them). A run tuned to MBR
+or reranking is compared on the beam search beneath it: the export carries that alone.
 
-    python scripts/hf_parity.py --run runs/multi30k --src test2016.de --ref test2016.en
+    python scripts/hf_parity.py --run runs/multi30k [--split test | --src F --ref F]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 import sacrebleu
 import torch
 
+from mt.data import load_split, read_parallel
 from mt.translator import Translator
 
 
@@ -57,16 +61,21 @@ def timed(fn) -> tuple[list[str], float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--run", required=True)
-    p.add_argument("--src", required=True)
-    p.add_argument("--ref", required=True)
+    p.add_argument("--split", default="test", help="the run's split, where --src and --ref are not given")
+    p.add_argument("--src")
+    p.add_argument("--ref")
     p.add_argument("--batch", type=int, default=32, help="Transformers' sentences a generate call")
     p.add_argument("--out", help="write the figures as JSON here")
     args = p.parse_args()
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    lines = Path(args.src).read_text(encoding="utf-8").splitlines()
-    refs = Path(args.ref).read_text(encoding="utf-8").splitlines()
-    t = Translator.from_run(args.run, device="cpu")
+    t = Translator.from_run(
+        args.run, device="cpu", rerank="", mbr="", mbr_samples=0
+    )  # what the export carries
+    if args.src:
+        lines, refs = read_parallel(Path(args.src), Path(args.ref))
+    else:
+        lines, refs = load_split(t.config.data, args.split)
     folder = Path(tempfile.mkdtemp()) / "hf"
     _, export_s = timed(lambda: t.export(out=folder, format="hf"))
     size = sum(f.stat().st_size for f in folder.iterdir())
@@ -82,11 +91,18 @@ def main() -> None:
     )
     differing = [i for i, (x, y) in enumerate(zip(mine, theirs)) if x != y]
     gaps = [near_tie(t, lines[i], mine[i], theirs[i]) for i in differing]
-    beam, lp = generation["num_beams"], generation.get("length_penalty", 1.0)
+    beam, lp, hf_lp = d.beam, d.length_penalty, generation.get("length_penalty", 1.0)
     mine_beam, mine_beam_s = timed(lambda: t.translate(lines, beam=beam, length_penalty=lp))
     hf_beam, hf_beam_s = timed(
         lambda: hf_translate(
-            model, tokenizer, lines, d.max_len_a, d.max_len_b, args.batch, num_beams=beam, length_penalty=lp
+            model,
+            tokenizer,
+            lines,
+            d.max_len_a,
+            d.max_len_b,
+            args.batch,
+            num_beams=beam,
+            length_penalty=hf_lp,
         )
     )
     ct2 = {}
@@ -108,7 +124,7 @@ def main() -> None:
             "hf": sacrebleu.corpus_bleu(theirs, [refs]).score,
         },
         "beam": beam,
-        "length_penalty": lp,
+        "length_penalty": {"mt": lp, "hf": hf_lp},
         "bleu_beam": {
             "mt": sacrebleu.corpus_bleu(mine_beam, [refs]).score,
             "hf": sacrebleu.corpus_bleu(hf_beam, [refs]).score,

@@ -293,11 +293,20 @@ def test_two_encoding_processes_write_the_bytes_one_process_writes(files, tokeni
     (tmp_path / "train.en").write_text("\n".join(en + en[:40]) + "\n")  # short ones are duplicates
     sampled = dataclasses.replace(files, bpe_dropout=0.2)
     monkeypatch.setattr(binarize, "CHUNK", 7)
+    pools, spawned = [], binarize.multiprocessing.get_context("spawn")
+
+    class Spawn:  # the spawn context, with each pool it starts counted
+        def Pool(self, processes, *args):
+            pools.append(processes)
+            return spawned.Pool(processes, *args)
+
+    monkeypatch.setattr(binarize.multiprocessing, "get_context", lambda method: Spawn())
     built = {}
     for processes in (1, 2):
         monkeypatch.setenv("MT_CACHE_DIR", str(tmp_path / f"cache-{processes}"))
         monkeypatch.setattr(binarize, "binarize_processes", lambda sources, n=processes: n)
         built[processes] = [corpus.prepare(sampled, tokenizer, view=v) for v in (0, 1)]
+    assert pools == [2, 2]  # each view of the two-process build encoded in two workers
     for one, two in zip(built[1], built[2]):
         for name in corpus.FILES:
             assert (one / name).read_bytes() == (two / name).read_bytes(), name

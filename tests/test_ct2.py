@@ -13,20 +13,12 @@ from conftest import TEXT_MODEL, run_main, train_on_toy
 from mt.batching import make_batch
 from mt.config import ModelConfig
 from mt.ct2.engine import DECODE_FIELDS, Ct2Model
-from mt.ct2.export import (
-    MODEL_FIELDS,
-    Carried,
-    Unsupported,
-    carried,
-    ctranslate2,
-    export_model,
-    unmapped,
-    vocabulary,
-)
+from mt.ct2.export import MODEL_FIELDS, ctranslate2, export_model, unmapped, vocabulary
 from mt.decode_config import DecodeConfig
 from mt.metrics import corpus_scores
 from mt.model import Seq2Seq
 from mt.output_pieces import target_pieces
+from mt.plumbing.engine_fields import Carried, Unsupported, carried
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.translate import search_lines, text_only, translate_lines
 

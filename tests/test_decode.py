@@ -126,6 +126,7 @@ def test_greedy_takes_the_locally_best_path():
     src, mask = source_batch([[A, B, C]])
     [greedy] = greedy_decode(ScriptedModel(), src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5))
     assert greedy.tokens == [A] and greedy.logprob == pytest.approx(math.log(0.34))
+    assert greedy.ended
     assert [h.tokens for h in run(beam=1, alpha=0.0)] == [[A]]
 
 
@@ -139,6 +140,13 @@ def test_length_limit_finishes_without_eos():
     )[0]
     assert [h.tokens for h in hyps] == [[A], [B, C]]
     assert hyps[1].logprob == pytest.approx(math.log(0.33))  # no eos score: it was cut, not ended
+    assert [h.ended for h in hyps] == [True, False]
+    src, mask = source_batch([[A, B, C]])
+    alpha = DecodeConfig(beam=2, max_len_a=1.0, max_len_b=0, length_penalty=1.5, n_best=2)
+    hyps = beam_search(ScriptedModel(), src, mask, alpha)[0]  # the score: over the penalty of its steps
+    assert [h.score for h in hyps] == [h.logprob / length_penalty(len(h.tokens) + h.ended, 1.5) for h in hyps]
+    greedy = greedy_decode(ScriptedModel(), *source_batch([[A]]), DecodeConfig(max_len_a=0.0, max_len_b=1))
+    assert [(g.tokens, g.ended) for g in greedy] == [([A], False)]
 
 
 def test_trained_model_ends_hypotheses_at_different_steps(trained_model, tokenizer, toy):

@@ -10,7 +10,7 @@ import torch
 from mt import devices
 
 
-def test_bf16_on_a_cpu_without_it_is_said_once(monkeypatch, caplog):
+def test_bf16_on_a_cpu_without_it_is_one_warning_and_fp32_none(monkeypatch, caplog):
     # raising=False: torch 2.4 has neither probe, and mt.devices reads them with a default
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
@@ -19,7 +19,7 @@ def test_bf16_on_a_cpu_without_it_is_said_once(monkeypatch, caplog):
     with caplog.at_level(logging.WARNING, logger="mt.devices"):
         devices.set_precision(cpu, "fp32")
         assert caplog.messages == []
-        devices.set_precision(cpu, "bf16")
+        devices.set_precision(cpu, "bf16")  # once a training: one warning, none for fp32
     assert caplog.messages == [
         "train.precision bf16 is not native on this CPU (native: fp32): it runs far slower than fp32"
     ]

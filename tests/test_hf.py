@@ -4,18 +4,26 @@ ids, its greedy `generate` gives `mt translate --beam 1`'s lines, its teacher-fo
 `mt score`'s, and its beam at length penalty 0 (where mt's and Transformers' normalisations agree)
 mt's beam. Refusals are one line."""
 
+import dataclasses
 import json
 import os
 
 import pytest
+import sacrebleu
 import torch
-from conftest import ROOT
+from conftest import ROOT, table
 
 from mt.cli import main
-from mt.config import load_config
-from mt.hf import MODEL_FIELDS, permuted
+from mt.config import config_to_dict, load_config, read_saved_config
+from mt.data import load_split
+from mt.decode_config import DecodeConfig
+from mt.hf.export import MODEL_FIELDS, permuted
+from mt.hf.generation import HF_PENALTIES, caveats, decode_fields, generation_config, hyps_agree
 from mt.model import sinusoidal_positions
+from mt.plumbing.engine_fields import Approximated, Carried, Unsupported
 from mt.training.train import train
+from mt.training.tuning import make_grid, tune
+from mt.translate import search_lines
 from mt.translator import Translator
 
 transformers = pytest.importorskip("transformers")
@@ -150,3 +158,94 @@ def test_an_option_transformers_cannot_hold_is_refused(tiny, tmp_path, capsys):
         )
     )
     assert not (run / "hf").exists()
+
+
+def test_every_decode_field_is_in_the_export_table():
+    from dataclasses import fields
+
+    assert {f.name for f in fields(DecodeConfig)} == set(decode_fields(64))
+
+
+def other_value(value):
+    """A value of `value`'s type that is not it."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 2
+    return "chrf" if value == "" else value + "x"
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(DecodeConfig)])
+def test_each_decode_option_is_carried_approximated_or_said_left_out(name):
+    base = DecodeConfig(beam=4)
+    decode = dataclasses.replace(base, **{name: other_value(getattr(base, name))})
+    entry = decode_fields(64)[name]
+    generation, said = generation_config(decode, 64), caveats(decode, 64)
+    if isinstance(entry, Carried):  # and Approximated, with its caveat said
+        assert generation[entry.argument] == entry.value(decode)
+        assert not isinstance(entry, Approximated) or entry.caveat in said
+    elif isinstance(entry, Unsupported):
+        assert f"left out: the run's decode.{name} {getattr(decode, name)!r} ({entry.why})" in said
+    else:  # ByMt: nothing of the export changes
+        assert (generation, said) == (generation_config(base, 64), caveats(base, 64))
+
+
+@pytest.fixture(scope="module")
+def tuned_export(tiny, tmp_path_factory):
+    """(run, export folder) of a toy run tuned to beam 3, length penalty 1.5 before its export."""
+    run = tmp_path_factory.mktemp("hf-tuned") / "run"
+    train(load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=30", "train.lr=5e-3"]), run)
+    tune(run, device="cpu", grid=make_grid((3,), (1.5,)))
+    assert main(["export", "--run", str(run), "--format", "hf", "--quantization", "float32"]) == 0
+    return run, run / "hf"
+
+
+def test_the_export_carries_the_tuned_beam_and_the_penalty_that_ranks_as_mts(tuned_export):
+    run, folder = tuned_export
+    generation = json.loads((folder / "generation_config.json").read_text())
+    decided = json.loads((folder / "mt_export.json").read_text())
+    matched = decided["matched"]
+    assert (generation["num_beams"], generation["early_stopping"]) == (3, True)
+    assert generation["length_penalty"] == matched["penalty"] and matched["mt"] == 1.5
+    mine = Translator.from_run(run, device="cpu")
+    src = load_split(mine.config.data, "val")[0]
+    beams = search_lines(mine.model, mine.tokenizer, src, mine.options(n_best=3), max_source_pieces=64)
+    agree = {a: sum(hyps_agree(hyps, a) for hyps in beams) for a in HF_PENALTIES}
+    assert (matched["lines"], matched["of"]) == (agree[matched["penalty"]], len(src))
+    assert matched["lines"] == max(agree.values())
+    card = (folder / "README.md").read_text()
+    assert f"length_penalty {matched['penalty']:g} ranks mt's own beam's hypotheses" in card
+
+
+def test_the_cards_scores_are_the_folders_own_generate(tuned_export):
+    run, folder = tuned_export
+    cfg = load_config(folder / "mt_config.yaml")
+    assert config_to_dict(cfg) == config_to_dict(read_saved_config(run / "config.yaml"))
+    src, ref = load_split(cfg.data, "test")
+    model, tokenizer = reloaded(folder)
+    hyps = []
+    for start in range(0, len(src), 8):  # batches of other sizes than the export's: padding changes nothing
+        batch = tokenizer(src[start : start + 8], return_tensors="pt", padding=True, truncation=True)
+        with torch.no_grad():
+            hyps += tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True)
+    card = (folder / "README.md").read_text()
+    row = table(card)[0]
+    assert {key: row[key] for key in ("sentences", "num_beams", "BLEU", "chrF")} == {
+        "sentences": str(len(src)),
+        "num_beams": "3",
+        "BLEU": f"{sacrebleu.corpus_bleu(hyps, [ref]).score:.2f}",
+        "chrF": f"{sacrebleu.corpus_chrf(hyps, [ref]).score:.2f}",
+    }
+    bleu = sacrebleu.BLEU()
+    bleu.corpus_score(hyps, [ref])
+    assert f"`{bleu.get_signature()}`" in card
+
+
+def test_an_export_whose_corpus_is_elsewhere_is_written_and_says_it_holds_no_scores(exported, tmp_path):
+    run, _ = exported
+    moved = Translator.from_run(run, device="cpu", overrides=[f"data.dir={tmp_path / 'gone'}"])
+    folder = moved.export(out=tmp_path / "hf", format="hf")
+    card = (folder / "README.md").read_text()
+    assert "None: the run's test split could not be read when the folder was exported." in card
+    assert json.loads((folder / "mt_export.json").read_text())["scores"] is None
+    assert reloaded(folder)[0].generation_config.num_beams == 1

@@ -18,6 +18,7 @@ LAYERS = {
         "plumbing.schema",
         "plumbing.script",
         "plumbing.config_yaml",
+        "plumbing.engine_fields",
     ],
     "The translator's core": [
         "metrics",
@@ -69,7 +70,9 @@ LAYERS = {
         "attention",
         "ct2.export",
         "ct2.engine",
-        "hf",
+        "hf.export",
+        "hf.generation",
+        "hf.card",
         "translator",
         "distill",
         "evaluate",
@@ -258,10 +261,10 @@ def test_size_budgets():
     assert too_long == {}
 
 
-# The house's size aims, held here with room: mt/ at most 32 entries at its top (modules and folders), at
-# most 2 modules over 350 lines, the core at most 16 modules, and its first read (README: the generated
-# corpora are skipped on a first read) at most 3,000 lines; a function takes 7 or more parameters only
-# where listed with its reason, at most 8 of them.
+# The house's size aims, held here (at their limits since issue 85; issue 95 makes room): mt/ at most 32
+# entries at its top (modules and folders), at most 2 modules over 350 lines, the core at most 16 modules,
+# and its first read (README: the generated corpora are skipped on a first read) at most 3,000 lines; a
+# function takes 7 or more parameters only where listed with its reason, at most 8 of them.
 FIRST_READ_SKIPS = ("generated.toy", "generated.synthetic")
 MANY_PARAMETERS = {
     "model.forward": "a decoder layer's pass: input, memory, both masks, the cache, its layer, causal",

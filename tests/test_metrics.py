@@ -91,7 +91,13 @@ def test_a_new_lower_is_better_primary_metric_is_validated_carded_tuned_on_repor
     (checked by their records), `mt tune` chooses by it, `mt report` stars its lowest and tests it, and
     the curves plot it. Nothing else of mt changes for it."""
     run = tmp_path / "run"
-    sets = ["train.max_steps=8", "train.tune=true", "model.dropout=0.0"]
+    sets = [
+        "train.max_steps=30",
+        "train.valid_every=10",
+        "train.lr=5e-3",
+        "train.tune=true",
+        "model.dropout=0.0",
+    ]
 
     def mt(*args: str, **env: str) -> str:
         done = subprocess.run(
@@ -107,11 +113,14 @@ def test_a_new_lower_is_better_primary_metric_is_validated_carded_tuned_on_repor
 
     mt("train", "configs/toy.yaml", "--run-dir", str(run), *(f"--set={s}" for s in tiny + sets))
     validations = [row for row in metrics(run) if "val_words_off" in row]
-    assert [row["step"] for row in validations] == [4, 8]
+    assert [row["step"] for row in validations] == [10, 20, 30]
     card = read_card(run)  # the records' checks run on it, words_off's fields among them
     training, tuning = card["training"], card["tuning"]
     assert training["best_metric"] == "words_off"
-    assert training["best_val_words_off"] == min(row["val_words_off"] for row in validations)
+    scores = [row["val_words_off"] for row in validations]
+    assert min(scores) < max(scores)  # so that best.pt's direction shows
+    assert training["best_val_words_off"] == min(scores)
+    assert training["best_step"] == validations[scores.index(min(scores))]["step"]
     assert tuning["chosen"]["words_off"] == min(tried["words_off"] for tried in tuning["tried"])
     for beam in ("1", "2"):
         mt("evaluate", "--run", str(run), "--device", "cpu", "--beam", beam, "--length-penalty", "1")
@@ -128,4 +137,4 @@ def test_a_new_lower_is_better_primary_metric_is_validated_carded_tuned_on_repor
         assert row["run"].endswith(" ★") == (results[key]["words_off"] == lowest)
     assert "words off p" in cells["run@test-beam2"]
     steps, scores = json.loads(curves.read_text())[0]
-    assert (steps, scores) == ([4, 8], [row["val_words_off"] for row in validations])
+    assert (steps, scores) == ([10, 20, 30], [row["val_words_off"] for row in validations])

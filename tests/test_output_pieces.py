@@ -5,6 +5,7 @@ CTranslate2 work in piece ids as before; a run keeps its pieces through checkpoi
 import dataclasses
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -175,36 +176,62 @@ def test_the_loss_is_cross_entropy_over_the_target_pieces(tokenizer, epsilon):
     assert part.output_ids(torch.tensor([PAD, EOS])).tolist() == [PAD, EOS]  # the specials keep their ids
 
 
-@pytest.mark.slow
-def test_a_target_layer_run_trains_translates_resumes_and_exports(tiny, tmp_path):
-    run = tmp_path / "run"
+TARGET_LINES = ["Der Hund sieht die Katze .", "Ein Mann läuft ."]
+
+
+@pytest.fixture(scope="module")
+def target_run(tiny, tmp_path_factory):
+    """A toy run with the target-only output layer, 30 updates, resumed for 4 more. Read only."""
+    run = tmp_path_factory.mktemp("target") / "run"
     overrides = tiny + ["train.max_steps=30", "train.lr=5e-3", "model.output_pieces=target"]
     train(load_config(ROOT / "configs/toy.yaml", overrides), run)
-    ckpt = torch.load(run / "best.pt", weights_only=False)
-    ids = ckpt["model"]["output.ids"]
-    assert 4 < len(ids) < ckpt["vocab_size"] and ids[:4].tolist() == [0, 1, 2, 3]
-    translator = Translator.from_run(run, device="cpu")
-    lines = ["Der Hund sieht die Katze .", "Ein Mann läuft ."]
-    found = search_lines(translator.model, translator.tokenizer, lines, DecodeConfig(beam=3, n_best=3))
-    assert {t for hyps in found for h in hyps for t in h.tokens} <= set(ids.tolist())
-    assert translator.translate(lines, beam=1) == translator.translate(lines)  # greedy: beam 1
+    ids = torch.load(run / "best.pt", weights_only=False)["model"]["output.ids"]
+    train(load_config(ROOT / "configs/toy.yaml", overrides + ["train.max_steps=34"]), run)  # resumed
+    return run, ids
+
+
+def prefixes_outside(translator, ids) -> list[str]:
+    """No prefix, and a piece the layer lacks (written in smaller pieces: issue 80)."""
     tok = translator.tokenizer
     outside = next(
         tok.sp.decode([i])
         for i in range(4, tok.vocab_size)
         if i not in ids.tolist() and tok.encode([tok.sp.decode([i])]) == [[i]]
     )
-    prefixes = ["", outside]  # a piece the layer lacks: written in smaller pieces (issue 80)
-    led = translator.translate(lines, prefixes=prefixes, beam=3)
-    assert led[1].startswith(outside.strip()) and led[0] == translator.translate(lines[:1], beam=3)[0]
-    train(load_config(ROOT / "configs/toy.yaml", overrides + ["train.max_steps=34"]), run)  # resumed
+    return ["", outside]
+
+
+@pytest.mark.slow
+def test_a_target_layer_run_trains_translates_and_resumes(target_run):
+    run, ids = target_run
+    assert 4 < len(ids) < torch.load(run / "best.pt", weights_only=False)["vocab_size"]
+    assert ids[:4].tolist() == [0, 1, 2, 3]
     assert torch.equal(torch.load(run / "last.pt", weights_only=False)["model"]["output.ids"], ids)  # kept
+    translator = Translator.from_run(run, device="cpu")
+    lines = TARGET_LINES
+    for beam in (1, 3):  # greedy and the beam write only the layer's pieces
+        found = search_lines(
+            translator.model, translator.tokenizer, lines, DecodeConfig(beam=beam, n_best=beam)
+        )
+        assert {t for hyps in found for h in hyps for t in h.tokens} <= set(ids.tolist())
+    greedy = search_lines(translator.model, translator.tokenizer, lines, DecodeConfig(beam=1))
+    assert translator.translate(lines, beam=1) == translator.tokenizer.decode([h[0].tokens for h in greedy])
+    prefixes = prefixes_outside(translator, ids)
+    led = translator.translate(lines, prefixes=prefixes, beam=3)
+    assert led[1].startswith(prefixes[1].strip()) and led[0] == translator.translate(lines[:1], beam=3)[0]
+
+
+@pytest.mark.slow
+def test_a_target_layer_run_exports_to_ctranslate2_and_decodes_as_mt(target_run, tmp_path):
     pytest.importorskip("ctranslate2")
     from mt.cli import main
 
+    run = tmp_path / "run"
+    shutil.copytree(target_run[0], run)
     assert main(["export", "--run", str(run)]) == 0
     ct2 = Translator.from_run(run, device="cpu", engine="ctranslate2")
-    assert ct2.translate(lines, beam=1) == Translator.from_run(run, device="cpu").translate(lines, beam=1)
     mine = Translator.from_run(run, device="cpu")
+    lines, prefixes = TARGET_LINES, prefixes_outside(mine, target_run[1])
+    assert ct2.translate(lines, beam=1) == mine.translate(lines, beam=1)
     assert ct2.translate(lines, prefixes=prefixes, beam=3) == mine.translate(lines, prefixes=prefixes, beam=3)
     assert json.loads((run / "ct2" / "mt_export.json").read_text())["checkpoint"] == "best.pt"

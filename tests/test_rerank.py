@@ -4,23 +4,30 @@ scores each of them as the run then translates."""
 
 import dataclasses
 import itertools
+import json
+import logging
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 import sacrebleu
+import torch
 from conftest import ROOT
 
+from mt.cli import main
 from mt.config import load_config, read_saved_config
 from mt.data import load_split
 from mt.decode_config import DecodeConfig, decoding
 from mt.evaluate import evaluate_run
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.rerank import Candidate, bleu_matrix, channel_scores, choices, chrf_matrix, expected_utilities
-from mt.run.card import read_card
+from mt.run.card import read_card, update_card
 from mt.run.folder import result_name
 from mt.run.names import chooser_text, evaluation_name
 from mt.training.train import train
 from mt.training.tuning import make_grid, tune
+from mt.translate import search_lines
 from mt.translator import Translator
 
 TEXTS = [
@@ -156,8 +163,9 @@ def test_the_channel_score_adds_the_weighted_reverse_term_to_the_beams_own_score
 def test_reranking_by_a_run_of_the_same_direction_or_none_is_one_line(fluent, tmp_path):
     with pytest.raises(RunDirError) as e:
         Translator.from_run(fluent, device="cpu", rerank=str(fluent), beam=5)
-    assert (
-        str(e.value) == f"rerank {fluent}: it translates de->en; reranking needs a run that translates en->de"
+    assert str(e.value) == (
+        f"rerank {fluent}: it translates de->en; reranking needs a run that translates en->de (or both "
+        f"ways: data.both_directions)"
     )
     with pytest.raises(RunDirError) as e:
         Translator.from_run(fluent, device="cpu", rerank=str(tmp_path / "gone"), beam=5)
@@ -168,7 +176,7 @@ def test_tune_chooses_among_beam_mbr_and_reranking_as_the_run_then_translates(fl
     run = tmp_path / "run"
     shutil.copytree(fluent, run)
     grid = make_grid((1, 5), (1.0, 2.0))
-    tuning = tune(run, device="cpu", grid=grid, more=choices(True, str(reverse)))
+    tuning = tune(run, device="cpu", grid=grid, more=choices(True, str(reverse), run))
     tried = tuning["tried"]
     # MBR: 3 pools x 2 utilities; reranking: 2 pools (beams 5 and 10) x 4 weights x 5 length penalties
     assert len(tried) == len(grid) + 3 * 2 + 2 * 4 * 5
@@ -186,9 +194,199 @@ def test_tune_chooses_among_beam_mbr_and_reranking_as_the_run_then_translates(fl
     chosen = tuning["chosen"]
     assert chosen["bleu"] == max(t["bleu"] for t in tried)
     opened = Translator.from_run(run, device="cpu")
-    assert {k: getattr(opened.decode, k) for k in ("mbr", "rerank")} == {
-        k: chosen[k] for k in ("mbr", "rerank")
-    }
+    assert opened.decode.mbr == chosen["mbr"]
+    assert opened.decode.rerank == (str(reverse) if chosen["rerank"] else "")
     result = evaluate_run(opened, "test")
     assert result["key"] == result_name(run, "test-tuned") and result["decode"]["mbr"] == chosen["mbr"]
     assert result["key"] in read_card(run)["results"]
+
+
+@pytest.fixture(scope="module")
+def reverse_pair(reverse, tmp_path_factory):
+    """`reverse` and a copy whose best.pt weights are nudged: two reverse runs that score differently."""
+    other = tmp_path_factory.mktemp("reverse2") / "en-de-2"
+    shutil.copytree(reverse, other)
+    ckpt = torch.load(other / "best.pt", weights_only=False)
+    generator = torch.Generator().manual_seed(0)
+    for weight in ckpt["model"].values():
+        if weight.is_floating_point():
+            weight += 0.05 * torch.randn(weight.shape, generator=generator)
+    torch.save(ckpt, other / "best.pt")
+    return reverse, other
+
+
+def test_reranking_by_two_runs_scores_by_the_mean_of_each_alone(fluent, reverse_pair):
+    src = load_split(read_saved_config(fluent / "config.yaml").data, "val")[0][:8]
+    options = dict(beam=4, n_best=4, rerank_weight=0.5, length_penalty=1.0)
+    first, second = (
+        Translator.from_run(fluent, device="cpu", rerank=str(run), beam=4).nbest(src, **options)
+        for run in reverse_pair
+    )
+    both = Translator.from_run(fluent, device="cpu", rerank=",".join(map(str, reverse_pair)), beam=4)
+    found = both.nbest(src, **options)
+    assert len(found) == len(src)
+    assert dict(first[0]) != dict(second[0])  # the two runs do score differently
+    for a, b, ab in zip(first, second, found):
+        a, b = dict(a), dict(b)
+        assert dict(ab) == pytest.approx({text: (a[text] + b[text]) / 2 for text in a}, abs=1e-5)
+
+
+def test_weight_0_gives_the_beams_nbest_scores_exactly_where_hypotheses_are_cut(fluent, reverse):
+    src = load_split(read_saved_config(fluent / "config.yaml").data, "val")[0][:20]
+    plain = Translator.from_run(fluent, device="cpu")
+    reranked = Translator.from_run(fluent, device="cpu", rerank=str(reverse), beam=4)
+    for limit in ({"max_len_a": 0.0, "max_len_b": 3}, {}):
+        options = dict(beam=4, n_best=4, length_penalty=1.5, **limit)
+        hyps = search_lines(plain.model, plain.tokenizer, src, plain.options(**options))
+        assert not all(h.ended for line in hyps for h in line)  # cut at the limit (decode's tests: ended)
+        assert reranked.nbest(src, rerank_weight=0.0, **options) == plain.nbest(src, **options)
+
+
+def test_a_both_directions_run_reranks_as_a_reverse_run(fluent, tiny, tmp_path):
+    both = tmp_path / "both"
+    overrides = tiny + ["data.both_directions=true", "train.max_steps=4"]
+    train(load_config(ROOT / "configs/toy.yaml", overrides), both)
+    src = load_split(read_saved_config(fluent / "config.yaml").data, "val")[0][:6]
+    translator = Translator.from_run(fluent, device="cpu", rerank=str(both), beam=4)
+    back = Translator.from_run(both, device="cpu")
+    found = translator.nbest(src, n_best=4, rerank_weight=0.5, length_penalty=0.0)
+    beamed = Translator.from_run(fluent, device="cpu").nbest(src, beam=4, n_best=4, length_penalty=0.0)
+    for line, ranked, candidates in zip(src, found, beamed):  # p(x | y): the en->de direction it learnt
+        texts = [text for text, _ in candidates]
+        backward = [s.logprob / len(s.token_logprobs) for s in back.score(texts, [line] * len(texts))]
+        expected = {text: forward + 0.5 * b for (text, forward), b in zip(candidates, backward)}
+        assert dict(ranked) == pytest.approx(expected, abs=1e-4)
+
+
+def test_a_typo_in_tunes_reverse_run_fails_before_any_decoding(fluent, tmp_path, monkeypatch, capsys):
+    import mt.training.tuning
+
+    def decoded(*args, **kwargs):
+        raise AssertionError("the grid was decoded before the reverse run was checked")
+
+    monkeypatch.setattr(mt.training.tuning, "try_settings", decoded)
+    run = tmp_path / "run"
+    shutil.copytree(fluent, run)
+    assert main(["tune", "--run", str(run), "--device", "cpu", "--rerank", str(tmp_path / "typo")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"mt: error: rerank {tmp_path / 'typo'}: run directory not found;")
+    assert main(["tune", "--run", str(run), "--device", "cpu", "--rerank", str(fluent)]) == 2
+    assert "reranking needs a run that translates en->de" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tuned_to_rerank(fluent, reverse, tmp_path_factory):
+    """A run tuned to rerank by a reverse run beside it, tuned from their parent folder with a relative
+    --rerank, scored on test as tuned: runs/de-en (absolute path) and runs/en-de. Read only."""
+    root = tmp_path_factory.mktemp("tuned")
+    for source, name in ((fluent, "de-en"), (reverse, "en-de")):
+        shutil.copytree(source, root / "runs" / name)
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        grid = make_grid((5,), (1.0,))
+        tuning = tune("runs/de-en", device="cpu", grid=grid, more=choices(False, "runs/en-de", "runs/de-en"))
+    finally:
+        os.chdir(cwd)
+    run = root / "runs" / "de-en"
+    reranks = [row for row in tuning["tried"] if row["rerank"]]
+    update_card(run, tuning={**tuning, "chosen": max(reranks, key=lambda row: row["bleu"])})
+    evaluate_run(Translator.from_run(run, device="cpu"), "test")
+    return run
+
+
+def test_a_tuned_reverse_run_is_stored_beside_the_run_and_opens_from_any_folder(
+    tuned_to_rerank, tmp_path, monkeypatch
+):
+    assert read_card(tuned_to_rerank)["tuning"]["chosen"]["rerank"] == "../en-de"
+    monkeypatch.chdir(tmp_path)
+    translator = Translator.from_run(tuned_to_rerank, device="cpu")
+    assert Path(translator.decode.rerank) == tuned_to_rerank.parent / "en-de"
+    assert len(translator.reverse) == 1 and translator.decode.beam in (5, 10)
+    (tmp_path / "in.txt").write_text("Ein Hund rennt .\n\n", encoding="utf-8")
+    assert main(["translate", "--run", str(tuned_to_rerank), "--input", "in.txt", "--output", "out.txt"]) == 0
+    assert len((tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()) == 2
+    assert main(["export", "--run", str(tuned_to_rerank), "--out", str(tmp_path / "ct2")]) == 0
+
+
+@pytest.mark.parametrize("given", [{"beam": 1}, {"sample": "topk:3"}])
+def test_one_candidate_a_line_drops_a_tuned_reranking_and_says_so(tuned_to_rerank, given, caplog):
+    with caplog.at_level(logging.WARNING, logger="mt.translator"):
+        translator = Translator.from_run(tuned_to_rerank, device="cpu", **given)
+    assert (translator.decode.rerank, translator.decode.beam, translator.reverse) == ("", 1, [])
+    said = [r.getMessage() for r in caplog.records if r.name == "mt.translator"]
+    spelled = ", ".join(f"{k}={v}" for k, v in given.items())
+    assert said == [
+        f"{spelled} gives one candidate a line: translating without the run's rerank="
+        f"{translator.config.decode.rerank}"
+    ]
+    reranked = Translator.from_run(tuned_to_rerank, device="cpu")
+    assert reranked.translate(["Ein Hund rennt ."], **given) == translator.translate(["Ein Hund rennt ."])
+    unranked = Translator.from_run(tuned_to_rerank, device="cpu", rerank="")  # said nothing: asked for
+    assert reranked.translate(["Ein Hund ."], rerank="") == unranked.translate(["Ein Hund ."])
+
+
+def test_the_command_line_drops_a_tuned_reranking_for_beam_1(tuned_to_rerank, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("Ein Hund rennt .\n", encoding="utf-8")
+    assert (
+        main(["translate", "--run", str(tuned_to_rerank), "--input", str(tmp_path / "in.txt"), "--beam", "1"])
+        == 0
+    )
+    assert (
+        capsys.readouterr().out
+        == "\n".join(
+            Translator.from_run(tuned_to_rerank, device="cpu", beam=1, rerank="").translate(
+                ["Ein Hund rennt ."]
+            )
+        )
+        + "\n"
+    )
+
+
+def damaged_cards(card: dict):
+    """(what was done, the card) for each key of the card's tuning and its chosen setting dropped,
+    and retyped (a str as an int, a number as a str)."""
+    tuning = card["tuning"]
+    for where, record in (("tuning", tuning), ("tuning.chosen", tuning["chosen"])):
+        for key, value in record.items():
+            wrong = 1 if isinstance(value, str) else "1"
+            for change, edit in (("dropped", None), ("retyped", wrong)):
+                damaged = json.loads(json.dumps(card))
+                target = damaged["tuning"] if where == "tuning" else damaged["tuning"]["chosen"]
+                target.pop(key) if edit is None else target.__setitem__(key, edit)
+                yield f"{where}.{key} {change}", damaged
+
+
+def test_every_damaged_key_of_a_tuned_to_rerank_card_is_a_report_or_one_line(
+    tuned_to_rerank, tmp_path, capsys
+):
+    run = tmp_path / "de-en"
+    shutil.copytree(tuned_to_rerank, run)
+    shutil.copytree(tuned_to_rerank.parent / "en-de", tmp_path / "en-de")
+    card = read_card(run)
+    (tmp_path / "in.txt").write_text("Ein Hund rennt .\n", encoding="utf-8")
+    cases = list(damaged_cards(card))
+    assert len(cases) > 20
+    for what, damaged in cases:
+        (run / "card.json").write_text(json.dumps(damaged), encoding="utf-8")
+        for command in (
+            ["report", str(run), "--out", str(tmp_path / "report.md")],
+            ["translate", "--run", str(run), "--input", str(tmp_path / "in.txt")],
+        ):
+            code = main(command)
+            err = capsys.readouterr().err.strip().splitlines()
+            assert code in (0, 2), (what, command[0])
+            if code == 2:
+                assert err and err[-1].startswith("mt: error: ") and "Traceback" not in "\n".join(err), what
+
+
+def test_a_run_tuned_to_rerank_exports_to_transformers_saying_what_it_leaves_out(tuned_to_rerank, tmp_path):
+    pytest.importorskip("transformers")
+    run = tmp_path / "de-en"
+    shutil.copytree(tuned_to_rerank, run)  # its reverse run is not beside the copy: the export needs none
+    assert main(["export", "--run", str(run), "--format", "hf"]) == 0
+    chosen = read_card(run)["tuning"]["chosen"]
+    generation = json.loads((run / "hf" / "generation_config.json").read_text())
+    assert generation["num_beams"] == chosen["beam"]
+    card = (run / "hf" / "README.md").read_text()
+    assert f"left out: the run's decode.rerank '{tmp_path / 'en-de'}'" in card

@@ -19,21 +19,11 @@ from pathlib import Path
 import torch
 
 from mt.config import EOS
-from mt.ct2.export import (
-    MODEL_FIELDS,
-    ByMt,
-    Carried,
-    Unsupported,
-    carried,
-    ctranslate2,
-    read_note,
-    unmapped,
-    vocabulary,
-    weights_sha256,
-)
+from mt.ct2.export import MODEL_FIELDS, ctranslate2, read_note, unmapped, vocabulary, weights_sha256
 from mt.decode import Ensemble, Hypothesis
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
+from mt.plumbing.engine_fields import ByMt, Carried, Unsupported, carried
 from mt.plumbing.errors import RunDirError
 from mt.tokenizer import Tokenizer
 
@@ -214,7 +204,7 @@ class Ct2Model:
         hyps = []
         for ids, ended, logprob in found:  # greedy's score is its log-probability, beam's GNMT's, as mt's
             penalty = ((5 + len(ids) + ended) / 6) ** cfg.length_penalty if cfg.beam > 1 else 1.0
-            hyps.append(Hypothesis(ids, logprob / penalty, logprob))
+            hyps.append(Hypothesis(ids, logprob / penalty, logprob, ended))
         return sorted(hyps, key=lambda h: -h.score)[: cfg.n_best]
 
 

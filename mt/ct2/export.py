@@ -13,19 +13,17 @@ mt's Transformer is CTranslate2's standard TransformerSpec, one to one:
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 import torch
 
 from mt.config import BOS, PAD, ModelConfig
 from mt.model import Seq2Seq
+from mt.plumbing.engine_fields import ByMt, Carried, Unsupported, carried, first_unmapped
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.plumbing.files import write_failure
 from mt.tokenizer import Tokenizer
@@ -33,34 +31,10 @@ from mt.tokenizer import Tokenizer
 NOTE = "mt_export.json"  # beside CTranslate2's files: the source checkpoint's sha256, mt's config
 
 # How CTranslate2 follows each option, one entry a field of ModelConfig (MODEL_FIELDS) or DecodeConfig
-# (engine.DECODE_FIELDS): the argument of CTranslate2's that carries it (the export builds its spec, the
-# engine its calls, from these entries), what mt does around CTranslate2 for it, or its refusal. A field
-# left out, or refused, is refused in one line when set (`unmapped`): never silently ignored.
-
-
-@dataclass(frozen=True)
-class Carried:
-    """CTranslate2's argument `argument` of the call `at` ("spec": TransformerSpec.from_config, "load":
-    Translator, "search": translate_batch) carries the field, valued `value(config)`."""
-
-    argument: str
-    value: Callable[[Any], Any]
-    at: str = "search"
-
-
-@dataclass(frozen=True)
-class ByMt:
-    """mt itself does what the field asks, around CTranslate2's call (`how` says where), or the field
-    does not change inference."""
-
-    how: str
-
-
-@dataclass(frozen=True)
-class Unsupported:
-    """CTranslate2 cannot do what the field asks: set, it is refused with `why`."""
-
-    why: str
+# (engine.DECODE_FIELDS), of mt.plumbing.engine_fields' kinds: the argument of CTranslate2's that carries
+# it (the export builds its spec, the engine its calls, from these entries), what mt does around
+# CTranslate2 for it, or its refusal. A field left out, or refused, is refused in one line when set
+# (`unmapped`): never silently ignored.
 
 
 MODEL_FIELDS = {
@@ -78,22 +52,6 @@ MODEL_FIELDS = {
     "max_positions": ByMt("the position table's rows"),
     "output_pieces": ByMt("target: the target vocabulary, decoder embeddings and projection: their rows"),
 }
-
-
-def carried(config, table: dict, at: str) -> dict[str, Any]:
-    """The arguments of CTranslate2's call `at` that `table`'s Carried entries make of `config`."""
-    return {e.argument: e.value(config) for e in table.values() if isinstance(e, Carried) and e.at == at}
-
-
-def first_unmapped(config, table: dict) -> tuple[str, Any, Any] | None:
-    """(name, value, table entry or None) of the first field of dataclass `config` that differs from
-    its default and that `table` refuses or does not name; None where there is none."""
-    default = type(config)()
-    for f in dataclasses.fields(config):
-        value, entry = getattr(config, f.name), table.get(f.name)
-        if value != getattr(default, f.name) and not isinstance(entry, (Carried, ByMt)):
-            return f.name, value, entry
-    return None
 
 
 def unmapped(config, table: dict, section: str) -> None:

@@ -8,8 +8,9 @@ be given; a field with one may be left out, and when given must be of its type (
 not allow null). Its metadata may add `choices` or a range: see `choice` and `within`.
 
 Two class attributes change how a mapping is read: `open_keys = True` lets keys the dataclass does not
-list through (a file a newer mt wrote may have more), and `all_required = True` makes every field
-required (counters mt always writes, whose defaults only start a new run).
+list through (a file a newer mt wrote may have more; such a record holds its numbers as numbers, where a
+YAML config may quote one: '5e-4'), and `all_required = True` makes every field required (counters mt
+always writes, whose defaults only start a new run).
 
 `build` returns the instance; a departure raises `Mismatch`, whose message names the key path
 ("train.lr: 0.0 is out of range, must be > 0.0"), and which each caller turns into the UserError of
@@ -67,18 +68,21 @@ def build(cls: type, raw: Any, path: str = "", aliases: dict[str, str] | None = 
         required = getattr(cls, "all_required", False) or (
             f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         )
-        if name in raw:
-            values[name] = check_value(_join(path, name), f, kind, raw[name], aliases)
+        if name in raw:  # a record mt wrote (open_keys) holds numbers as numbers; YAML may quote them
+            text_numbers = not getattr(cls, "open_keys", False)
+            values[name] = check_value(_join(path, name), f, kind, raw[name], aliases, text_numbers)
         elif required:
             raise Mismatch(f"{_join(path, name)} is missing")
     return cls(**values)
 
 
-def check_value(path: str, f: dataclasses.Field, kind: Any, value: Any, aliases=None) -> Any:
+def check_value(
+    path: str, f: dataclasses.Field, kind: Any, value: Any, aliases=None, text_numbers: bool = True
+) -> Any:
     """Field `f` (of type `kind`) given `value`: checked (type, then choices and range), and returned
-    built (a nested dataclass) or coerced (int -> float; '5e-4' -> float: YAML 1.1 reads 5e-4 as a
-    string)."""
-    value = _typed(path, kind, value, aliases)
+    built (a nested dataclass) or coerced (int -> float; with `text_numbers` '5e-4' -> float: YAML 1.1
+    reads 5e-4 as a string)."""
+    value = _typed(path, kind, value, aliases, text_numbers)
     meta = f.metadata
     if "choices" in meta and value not in meta["choices"]:
         raise Mismatch(f"{path}: {value!r} is not one of {', '.join(meta['choices'])}")
@@ -91,7 +95,7 @@ def check_value(path: str, f: dataclasses.Field, kind: Any, value: Any, aliases=
     return value
 
 
-def _typed(path: str, kind: Any, value: Any, aliases) -> Any:
+def _typed(path: str, kind: Any, value: Any, aliases, text_numbers: bool = True) -> Any:
     """`value` as a `kind`, or a Mismatch naming what was expected and what was found."""
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
         if value is None and type(None) in typing.get_args(kind):
@@ -102,12 +106,12 @@ def _typed(path: str, kind: Any, value: Any, aliases) -> Any:
     if typing.get_origin(kind) is dict:  # dict[str, X]: every value an X
         each = typing.get_args(kind)[1]
         items = _typed(path, dict, value, aliases).items()
-        return {key: _typed(_join(path, key), each, item, aliases) for key, item in items}
+        return {key: _typed(_join(path, key), each, item, aliases, text_numbers) for key, item in items}
     if typing.get_origin(kind) is list:  # list[X]: every item an X
         each = typing.get_args(kind)[0]
         items = _typed(path, list, value, aliases)
-        return [_typed(f"{path}[{i}]", each, item, aliases) for i, item in enumerate(items)]
-    if kind is float and isinstance(value, str):
+        return [_typed(f"{path}[{i}]", each, item, aliases, text_numbers) for i, item in enumerate(items)]
+    if kind is float and isinstance(value, str) and text_numbers:
         try:
             value = float(value)
         except ValueError:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from mt.config import RunConfig, read_saved_config, save_config
-from mt.decode_config import TUNED, DecodeConfig
+from mt.decode_config import TUNED, DecodeConfig, reverse_runs
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.plumbing.errors import RunDirError, WriteError
@@ -135,9 +135,43 @@ def run_decoding(run_dir: Path, checkpoint: Path, stored: dict) -> dict:
     decode = dataclasses.asdict(read_saved_config(path).decode) if path.exists() else dict(stored)
     tuning = card_tuning(run_dir, checkpoint)
     if tuning and not decode.get("sample"):  # a sampling run does not search: tune refuses it
-        decode |= {key: value for key, value in tuning["chosen"].items() if key in TUNED}
+        decode |= tuned_options(run_dir, tuning)
         decode["n_best"] = min(decode.get("n_best", 1), decode["beam"])
     return decode
+
+
+def tuned_options(run_dir: Path, tuning: dict) -> dict:
+    """The options `mt tune` chose (`TUNED`), as a command applies them: reverse runs named from the
+    working directory (`runs_from`)."""
+    chosen = {key: value for key, value in tuning["chosen"].items() if key in TUNED}
+    if chosen.get("rerank"):
+        chosen["rerank"] = runs_from(chosen["rerank"], Path(run_dir))
+    return chosen
+
+
+def stored_runs(rerank: str, run_dir: str | Path) -> str:
+    """decode.rerank's runs (as given: from the working directory) as the card of `run_dir` stores
+    them, relative to the run: the tuned run then opens from any folder, and moves with them."""
+    run_dir = Path(run_dir).resolve()
+    return ",".join(os.path.relpath(Path(run).resolve(), run_dir) for run in reverse_runs(rerank))
+
+
+def runs_from(stored: str, run_dir: Path) -> str:
+    """The runs a card's decode.rerank names (`stored_runs`), from the working directory; a card
+    tuned before runs were stored that way names them from the folder it was tuned in."""
+    found = []
+    for run in reverse_runs(stored):
+        beside = os.path.normpath(run_dir / run)
+        found.append(run if not Path(beside).is_dir() and Path(run).is_dir() else beside)
+    return ",".join(found)
+
+
+def run_config(run_dir: str | Path) -> RunConfig:
+    """DIR/config.yaml, for what a command checks before it loads a model; a missing run directory is
+    load_run's one line."""
+    if not Path(run_dir).is_dir():
+        raise RunDirError(f"{run_dir}: run directory not found")
+    return read_saved_config(Path(run_dir) / "config.yaml")
 
 
 def result_name(run_dir: Path, setting: str) -> str:

@@ -15,14 +15,15 @@ from mt.metrics's table (`headline_fields`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from mt.decode_config import DecodeConfig
+from mt.decode_config import TUNED, DecodeConfig
 from mt.metrics import HEADLINE, METRICS, PRIMARY
 from mt.plumbing.errors import RunDirError
-from mt.plumbing.schema import Mismatch, build, within
+from mt.plumbing.schema import Mismatch, build, fields_of, within
 
 
 def problem(cls: type, record: Any) -> str:
@@ -183,18 +184,33 @@ class Cleaning:
 
 @dataclass(frozen=True, kw_only=True)
 class _Tried:
-    """One decoding setting `mt tune` tried on val (mt.training.tuning), with its headline scores."""
+    """One decoding setting `mt tune` tried on val (mt.training.tuning), with its headline scores and
+    the options it sets (`tuned_fields`)."""
 
     open_keys: ClassVar[bool] = True
-    beam: int = within(lo=1)
-    length_penalty: float = within(lo=0)
     length_ratio: float
     seconds: float = None
 
 
+def tuned_fields() -> list[tuple[str, type, Any]]:
+    """The options a tried setting holds (decode_config.TUNED), each typed and ranged as DecodeConfig's
+    field: beam and length penalty always, MBR's and reranking's where `mt tune` tried them (a card
+    tuned before them has none)."""
+    found = []
+    for key in TUNED:
+        f, kind = fields_of(DecodeConfig)[key]
+        default = dataclasses.MISSING if key in ("beam", "length_penalty") else None
+        found.append((key, kind, field(default=default, metadata=f.metadata)))
+    return found
+
+
 ALWAYS_SCORED = tuple(m.key for m in HEADLINE if m.always)
 Tried = make_dataclass(
-    "Tried", headline_fields("{}", ALWAYS_SCORED), bases=(_Tried,), frozen=True, kw_only=True
+    "Tried",
+    tuned_fields() + headline_fields("{}", ALWAYS_SCORED),
+    bases=(_Tried,),
+    frozen=True,
+    kw_only=True,
 )
 
 

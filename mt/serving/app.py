@@ -32,10 +32,11 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from mt.decode_config import TUNED, DecodeConfig
+from mt.decode_config import DecodeConfig
 from mt.model import count_parameters
 from mt.plumbing.errors import ServeError
 from mt.run.card import card_summary, card_tuning
+from mt.run.folder import tuned_options
 from mt.serving.limits import ServeLimits
 from mt.serving.requests import (
     AttentionRequest,
@@ -107,7 +108,7 @@ def decodes_as_tuned(translator: Translator) -> bool:
     decode = translator.decode
     if translator.ensemble or not tuning or decode != translator.config.decode:
         return False
-    return all(getattr(decode, key) == tuning["chosen"][key] for key in TUNED if key in tuning["chosen"])
+    return all(getattr(decode, key) == value for key, value in tuned_options(translator.run, tuning).items())
 
 
 def server_info(translator: Translator, limits: ServeLimits) -> dict:

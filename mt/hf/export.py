@@ -26,13 +26,13 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from mt.config import BOS, EOS, PAD, UNK, ModelConfig
-from mt.ct2.export import ByMt, Unsupported, first_unmapped
-from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
+from mt.plumbing.engine_fields import ByMt, Unsupported, first_unmapped
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.tokenizer import Tokenizer
 
@@ -67,7 +67,7 @@ def refuse_unmapped(cfg: ModelConfig) -> None:
     """A one-line ConfigError for a model option Transformers' models here cannot represent."""
     if found := first_unmapped(cfg, MODEL_FIELDS):
         name, value, entry = found
-        why = entry.why if isinstance(entry, Unsupported) else "not mapped in mt/hf.py's MODEL_FIELDS"
+        why = entry.why if isinstance(entry, Unsupported) else "not mapped in mt/hf/export.py's MODEL_FIELDS"
         raise ConfigError(f"model.{name}: {value!r} cannot be exported with --format hf ({why})", name)
 
 
@@ -186,25 +186,6 @@ def hf_model(model: Seq2Seq):
     return hf
 
 
-def generation_config(decode: DecodeConfig, max_positions: int) -> dict:
-    """generation_config.json from the run's decoding: its beam, and mt's length rule a * S + b as the
-    nearest Transformers has, a cap of new tokens (max_positions - 1; mt's own limit follows the
-    source). Transformers divides a beam's log-probability by length ** length_penalty, where mt
-    divides by ((5 + length) / 6) ** length_penalty: the tuned penalty is carried as it is, and the
-    guide says what that changes. MBR and reranking (decode.mbr, decode.rerank) choose after mt's
-    search and have no Transformers counterpart: the exported model searches as the beam alone does."""
-    beam = {"length_penalty": decode.length_penalty, "early_stopping": True} if decode.beam > 1 else {}
-    return {
-        "decoder_start_token_id": BOS,
-        "bos_token_id": BOS,
-        "eos_token_id": EOS,
-        "pad_token_id": PAD,
-        "num_beams": decode.beam,
-        "max_new_tokens": max_positions - 1,
-        **beam,
-    }
-
-
 def write_tokenizer(tokenizer: Tokenizer, folder: Path, max_positions: int) -> None:
     """MarianTokenizer's files: the run's spm.model as source.spm and target.spm, vocab.json of every
     piece by id, and tokenizer_config.json naming the class and the specials."""
@@ -233,82 +214,23 @@ def readable(folder: Path) -> None:
         path.chmod(0o666 & ~umask)
 
 
-def export_hf(model: Seq2Seq, tokenizer: Tokenizer, decode: DecodeConfig, folder: Path, card: str) -> None:
-    """Write the Transformers directory `folder` (which must not exist): weights as safetensors,
-    config, generation config, tokenizer files and the model card `card` (README.md). Written to a
-    sibling folder first and renamed, so that a failed export leaves nothing."""
+def export_hf(model: Seq2Seq, tokenizer: Tokenizer, generation: dict, folder: Path, finish: Callable) -> None:
+    """Write the Transformers directory `folder` (which must not exist): weights as safetensors, config,
+    generation_config.json (`generation`: mt.hf.generation) and tokenizer files, then `finish(part)`'s
+    (mt.hf.card: the model card, scored by the written folder). Written to a sibling folder first and
+    renamed, so that a failed export leaves nothing."""
     if folder.exists():
         raise RunDirError(f"{folder}: already exists; remove it or give another --out")
     hf = hf_model(model)
     part = folder.with_name(folder.name + ".part")
     shutil.rmtree(part, ignore_errors=True)
     try:
-        hf.generation_config = transformers_modules().GenerationConfig(
-            **generation_config(decode, model.cfg.max_positions)
-        )
+        hf.generation_config = transformers_modules().GenerationConfig(**generation)
         hf.save_pretrained(part, safe_serialization=True)
         write_tokenizer(tokenizer, part, model.cfg.max_positions)
-        (part / "README.md").write_text(card, encoding="utf-8")
+        finish(part)
         readable(part)
         part.rename(folder)
     except BaseException:
         shutil.rmtree(part, ignore_errors=True)
         raise
-
-
-MULTI30K_TERMS = (
-    "Multi30k (Elliott et al. 2016) is for non-commercial research and educational use (the images fall "
-    "under Flickr's terms); a model trained on it carries those terms."
-)
-
-
-def model_card(run: Path, config: dict, card: dict) -> str:
-    """README.md of the export, from the run's card.json: what the model is, its sacreBLEU scores with
-    their signatures, its data and the data's terms, its compute, and how to load and reproduce it."""
-    name = card.get("config", {}).get("name", run.name)
-    lines = [
-        f"# {name}: {config['data']['src_lang']}→{config['data']['tgt_lang']}, trained with mt",
-        "",
-        f"A {card.get('parameters', 0) / 1e6:.2f}M-parameter Transformer trained by mt from `{run}` "
-        f"(corpus `{config['data']['corpus']}`), exported with `mt export --format hf`.",
-        "",
-        "```python",
-        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
-        'model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained("."), AutoTokenizer.from_pretrained(".")',
-        'batch = tokenizer(["Ein Hund rennt im Schnee."], return_tensors="pt", padding=True)',
-        "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))",
-        "```",
-        "",
-        "## Scores (sacreBLEU, as mt evaluate recorded them)",
-        "",
-        "| evaluation | sentences | beam | length penalty | BLEU | chrF | BLEU signature |",
-        "|---|---:|---:|---:|---:|---:|---|",
-    ]
-    for key, r in sorted(card.get("results", {}).items()):
-        lines.append(
-            f"| {key} | {r.get('sentences')} | {r.get('beam')} | {r.get('length_penalty')} | "
-            f"{r.get('bleu', 0):.2f} | {r.get('chrf', 0):.2f} | `{r.get('bleu_signature')}` |"
-        )
-    training = card.get("training") or {}
-    lines += [
-        "",
-        "mt's beam divides a hypothesis's log-probability by ((5 + length) / 6) ** length_penalty;",
-        "Transformers' `generate` divides by length ** length_penalty: generation_config.json carries the",
-        "tuned beam and penalty as they are, so beam output through `generate` may differ from these rows.",
-        "",
-        "## Training",
-        "",
-        f"- updates: {training.get('steps')}, stopped: {training.get('stopped')}; compute "
-        f"{training.get('multiply_adds')} multiply-adds; {training.get('tokens_per_s')} tokens/s on "
-        f"{(card.get('hardware') or {}).get('cpu') or (card.get('hardware') or {}).get('gpu')}",
-        f"- config: `{json.dumps(card.get('config', {}), sort_keys=True)}`",
-        f"- code: `{(card.get('code') or {}).get('git_commit')}`; reproduce with `mt train CONFIG` on the "
-        "same config (config.yaml of the run), then `mt evaluate --run RUN --split test`",
-        "",
-        "## Data and its terms",
-        "",
-        MULTI30K_TERMS
-        if config["data"]["corpus"] == "multi30k"
-        else f"Trained on `{config['data']['corpus']}` (the run's config names its files); its terms apply.",
-    ]
-    return "\n".join(lines) + "\n"
