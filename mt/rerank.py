@@ -12,9 +12,10 @@ decode.seed and the line alone, as `--sample` draws are).
   tensor operation per order (`matches`), so it equals `sacrebleu.sentence_chrf` / `sentence_bleu`.
 - Reranking (the noisy channel of Yee et al. 2019, without a language model): each candidate y of a
   source x is ranked by log p(y|x) / length_penalty(|y| + 1, alpha) + weight * log p(x|y) / (|x| + 1):
-  the beam's own score plus the reverse runs' mean log-probability per source piece (eos counted),
-  teacher-forced over all of a call's candidates at once (`mt score`'s path). Weight 0 ranks as the
-  beam does. The reverse term is not divided by y's length penalty, as Yee et al.'s 1/|y| divides the
+  the beam's own score (|y| + 1: eos counted where written; a hypothesis cut at the length limit has
+  none) plus the reverse runs' mean log-probability per source piece (eos counted), teacher-forced over
+  all of a call's candidates at once (`mt score`'s path). Weight 0 ranks as the beam does, score for
+  score. The reverse term is not divided by y's length penalty, as Yee et al.'s 1/|y| divides the
   sum: log p(x|y) is negative and longer candidates explain more of x, so that division rewards length
   twice (on Multi30k val it made every weight translate longer than the beam at the same length
   penalty: docs/decoding-choices).
