@@ -23,7 +23,7 @@ from mt.evaluate import evaluate_run
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.rerank import Candidate, bleu_matrix, channel_scores, choices, chrf_matrix, expected_utilities
 from mt.run.card import read_card, update_card
-from mt.run.folder import result_name
+from mt.run.folder import result_name, runs_from, stored_runs
 from mt.run.names import chooser_text, evaluation_name
 from mt.training.train import train
 from mt.training.tuning import make_grid, tune
@@ -293,6 +293,18 @@ def tuned_to_rerank(fluent, reverse, tmp_path_factory):
     update_card(run, tuning={**tuning, "chosen": max(reranks, key=lambda row: row["bleu"])})
     evaluate_run(Translator.from_run(run, device="cpu"), "test")
     return run
+
+
+def test_several_reverse_runs_are_stored_relative_to_the_run_and_read_back_from_elsewhere(
+    tmp_path, monkeypatch
+):
+    for name in ("runs/de-en", "runs/en-de", "other/en-de-2"):
+        (tmp_path / name).mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "runs")
+    stored = stored_runs("en-de, ../other/en-de-2", "de-en")
+    assert stored == "../en-de,../../other/en-de-2"
+    monkeypatch.chdir(tmp_path / "other")  # read from another folder, the run named from there
+    assert runs_from(stored, Path("../runs/de-en")) == "../runs/en-de,../other/en-de-2"
 
 
 def test_a_tuned_reverse_run_is_stored_beside_the_run_and_opens_from_any_folder(

@@ -23,6 +23,7 @@ from mt.hf.generation import caveats, generation_config, matched_length_penalty
 from mt.metrics import HEADLINE, corpus_scores
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError, DataError
+from mt.plumbing.files import write_text
 from mt.run.card import read_card
 from mt.tokenizer import Tokenizer
 
@@ -189,8 +190,8 @@ def export_run(run: Path, config: RunConfig, tokenizer: Tokenizer, model: Seq2Se
         else:
             save_config(config, part / "mt_config.yaml")
         card = model_card(run, config_to_dict(config), read_card(run), exported)
-        (part / "README.md").write_text(card, encoding="utf-8")
-        (part / "mt_export.json").write_text(json.dumps(exported, indent=1) + "\n", encoding="utf-8")
+        write_text(part / "README.md", card)
+        write_text(part / "mt_export.json", json.dumps(exported, indent=1) + "\n")
 
     export_hf(model, tokenizer, exported["generation"], folder, finish)
     return folder

@@ -43,7 +43,8 @@ def decode_fields(max_positions: int) -> dict:
             lambda d: d.length_penalty if d.beam > 1 else None,
             AT,
             "Transformers divides a beam's log-probability by length ** penalty where mt divides by "
-            "((5 + length) / 6) ** penalty: this penalty was chosen on val to rank as mt's does",
+            "((5 + length) / 6) ** penalty: the penalty carried is matched on val where the export could "
+            "read it (below), else mt's own",
         ),
         "max_len_a": cap,
         "max_len_b": cap,
