@@ -32,7 +32,7 @@ def hf_translate(model, tokenizer, lines: list[str], a: float, b: int, batch: in
     found: list[str] = [""] * len(lines)
     for start in range(0, len(order), batch):
         group = order[start : start + batch]
-        enc = tokenizer([lines[i] for i in group], return_tensors="pt", padding=True)
+        enc = tokenizer([lines[i] for i in group], return_tensors="pt", padding=True).to(model.device)
         limits = [int(a * int(m.sum()) + b) for m in enc["attention_mask"]]
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=max(limits), do_sample=False, **options)
@@ -66,6 +66,7 @@ def main() -> None:
     p.add_argument("--ref")
     p.add_argument("--batch", type=int, default=32, help="Transformers' sentences a generate call")
     p.add_argument("--out", help="write the figures as JSON here")
+    p.add_argument("--device", default="cpu", help="where mt and Transformers translate (the export is made on the CPU)")
     args = p.parse_args()
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -80,19 +81,20 @@ def main() -> None:
     _, export_s = timed(lambda: t.export(out=folder, format="hf"))
     size = sum(f.stat().st_size for f in folder.iterdir())
     model, tokenizer = (
-        AutoModelForSeq2SeqLM.from_pretrained(folder).eval(),
+        AutoModelForSeq2SeqLM.from_pretrained(folder).eval().to(args.device),
         AutoTokenizer.from_pretrained(folder),
     )
     generation = json.loads((folder / "generation_config.json").read_text())
     d = t.config.decode
-    mine, mine_greedy_s = timed(lambda: t.translate(lines, beam=1))
+    on_device = t if args.device == "cpu" else Translator.from_run(args.run, device=args.device, rerank="", mbr="", mbr_samples=0)
+    mine, mine_greedy_s = timed(lambda: on_device.translate(lines, beam=1))
     theirs, hf_greedy_s = timed(
         lambda: hf_translate(model, tokenizer, lines, d.max_len_a, d.max_len_b, args.batch, num_beams=1)
     )
     differing = [i for i, (x, y) in enumerate(zip(mine, theirs)) if x != y]
     gaps = [near_tie(t, lines[i], mine[i], theirs[i]) for i in differing]
     beam, lp, hf_lp = d.beam, d.length_penalty, generation.get("length_penalty", 1.0)
-    mine_beam, mine_beam_s = timed(lambda: t.translate(lines, beam=beam, length_penalty=lp))
+    mine_beam, mine_beam_s = timed(lambda: on_device.translate(lines, beam=beam, length_penalty=lp))
     hf_beam, hf_beam_s = timed(
         lambda: hf_translate(
             model,
@@ -141,6 +143,7 @@ def main() -> None:
         },
         "ct2": ct2.get("error", "ok"),
         "threads": torch.get_num_threads(),
+        "device": args.device,
     }
     text = json.dumps(figures, indent=1)
     print(text)
