@@ -66,7 +66,9 @@ def main() -> None:
     p.add_argument("--ref")
     p.add_argument("--batch", type=int, default=32, help="Transformers' sentences a generate call")
     p.add_argument("--out", help="write the figures as JSON here")
-    p.add_argument("--device", default="cpu", help="where mt and Transformers translate (the export is made on the CPU)")
+    p.add_argument(
+        "--device", default="cpu", help="where mt and Transformers translate (the export is made on the CPU)"
+    )
     args = p.parse_args()
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -86,7 +88,11 @@ def main() -> None:
     )
     generation = json.loads((folder / "generation_config.json").read_text())
     d = t.config.decode
-    on_device = t if args.device == "cpu" else Translator.from_run(args.run, device=args.device, rerank="", mbr="", mbr_samples=0)
+    on_device = (
+        t
+        if args.device == "cpu"
+        else Translator.from_run(args.run, device=args.device, rerank="", mbr="", mbr_samples=0)
+    )
     mine, mine_greedy_s = timed(lambda: on_device.translate(lines, beam=1))
     theirs, hf_greedy_s = timed(
         lambda: hf_translate(model, tokenizer, lines, d.max_len_a, d.max_len_b, args.batch, num_beams=1)

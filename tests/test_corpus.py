@@ -5,6 +5,7 @@ sample is seeded."""
 import dataclasses
 import json
 import logging
+import threading
 
 import pytest
 import torch
@@ -67,6 +68,40 @@ def test_a_damaged_cache_is_rebuilt_not_trusted(files, tokenizer, caplog):
         corpus.prepare(files, tokenizer)
     assert "tgt.len is damaged" in caplog.text
     assert not list(folder.parent.glob("*.tmp-*")) and not list(folder.parent.glob("*.old-*"))
+
+
+def test_processes_preparing_one_corpus_side_by_side_build_it_once(files, tokenizer, monkeypatch, caplog):
+    """Seeds started together share the cache folder: the first builds it while the others wait and
+    then read it (a second build renamed the first away under its readers: FileNotFoundError on meta.json
+    in 7 of 8 seeds started together on a GPU). flock ties the lock to an open file, so two threads of
+    one process take turns as two processes do."""
+    builds, started, release = [], threading.Event(), threading.Event()
+
+    def held_binarize(*args):
+        builds.append(args[3])
+        started.set()
+        release.wait(30)
+        return binarize.binarize(*args)
+
+    monkeypatch.setattr(corpus, "binarize", held_binarize)
+    folders = {}
+
+    def prepare(name):
+        folders[name] = corpus.prepare(files, tokenizer)
+
+    first, second = (threading.Thread(target=prepare, args=(n,)) for n in ("first", "second"))
+    with caplog.at_level(logging.INFO, logger="mt"):
+        first.start()
+        assert started.wait(30)
+        second.start()
+        second.join(0.5)
+        assert second.is_alive()  # waiting its turn
+        release.set()
+        first.join(30)
+        second.join(30)
+    assert len(builds) == 1 and folders["first"] == folders["second"]
+    assert f"waiting for another process binarizing {folders['first']}" in caplog.text
+    assert corpus.load(folders["second"]).src.numel() > 0
 
 
 def test_a_stale_cache_is_rebuilt_when_the_corpus_changes(files, tokenizer, caplog):

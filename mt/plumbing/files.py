@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import io
 import os
 import sys
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from mt.plumbing.errors import WriteError
 
@@ -67,6 +68,27 @@ def atomic_write(path: str | Path) -> Iterator[BinaryIO]:
             os.close(folder)
     except OSError as e:
         raise write_failure(path, e) from None
+
+
+@contextlib.contextmanager
+def one_at_a_time(lock: Path, waiting: Callable[[], None]) -> Iterator[None]:
+    """Hold `lock` (the kernel's flock) for the block: processes that would build the same files take
+    turns, the later ones calling `waiting()` once and blocking until the holder is done. The lock ends
+    with its process however that ends: a crash leaves none behind."""
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise write_failure(lock, e) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waiting()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def write_bytes(path: str | Path, data: bytes) -> None:

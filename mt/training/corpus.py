@@ -15,6 +15,7 @@ trusted.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -39,7 +40,7 @@ from mt.data import (
     source_lines,
     training_sources,
 )
-from mt.plumbing.files import file_sha256, write_failure, write_text
+from mt.plumbing.files import file_sha256, one_at_a_time, write_failure, write_text
 from mt.plumbing.script import tokenizer_settings
 from mt.tokenizer import Tokenizer, train_tokenizer
 from mt.training.binarize import SIDES, TYPECODE, binarize, log_kept
@@ -180,19 +181,23 @@ def prepare(cfg: DataConfig, tokenizer: Tokenizer, total: int | None = None, vie
     name = [i[0] if i[0] != "lines" else i[1] for i in identity[:2]] + identity[2:]  # not size or time
     key = hashlib.sha256(json.dumps(name).encode()).hexdigest()[:16]
     folder = cache_root() / f"{cfg.corpus}-{cfg.src_lang}-{cfg.tgt_lang}-{key}"
-    problem = _problem(folder, identity)
-    if not problem:
-        meta = json.loads((folder / "meta.json").read_text())
-        log.info("binarized corpus %s", folder)
-        log_kept(meta["pairs"], meta["pairs"] + meta["dropped"], meta["removed"])
-        return folder
-    log.info("binarizing the training pairs into %s (%s)", folder, problem)
-    dropout = (cfg.bpe_dropout, view) if view else None
-    _build(
-        folder,
-        identity,
-        lambda building: binarize(sources, tokenizer, cfg, building, total, dropout),
-    )
+    # seeds trained side by side share this folder: one builds it, the others wait and then read it
+    # (a second build would rename the first away under its readers)
+    waiting = functools.partial(log.info, "waiting for another process binarizing %s", folder)
+    with one_at_a_time(folder.with_name(f"{folder.name}.lock"), waiting):
+        problem = _problem(folder, identity)
+        if not problem:
+            meta = json.loads((folder / "meta.json").read_text())
+            log.info("binarized corpus %s", folder)
+            log_kept(meta["pairs"], meta["pairs"] + meta["dropped"], meta["removed"])
+            return folder
+        log.info("binarizing the training pairs into %s (%s)", folder, problem)
+        dropout = (cfg.bpe_dropout, view) if view else None
+        _build(
+            folder,
+            identity,
+            lambda building: binarize(sources, tokenizer, cfg, building, total, dropout),
+        )
     return folder
 
 
