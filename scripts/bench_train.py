@@ -114,7 +114,7 @@ def warm(step, pairs: Pairs, stream: BatchStream) -> float:
     """One update on each batch shape of epoch 1; returns the seconds spent."""
     start, plan, seen = time.perf_counter(), stream.plan(1), set()
     for j in range(len(plan)):
-        batch = pairs.batch(plan.rows(j))
+        batch = pairs.batch(plan.rows(j), stream.pad_multiple)
         shape = (*batch.src.shape, batch.tgt_in.size(1))
         if shape not in seen:
             seen.add(shape)
@@ -130,7 +130,7 @@ def child(row: dict) -> dict:
     saved = torch.load(row["pairs"])
     pairs, vocab_size = Pairs.of(*saved["pairs"]), saved["vocab_size"]
     model, optimizer, scaler = build(cfg, row, vocab_size, saved["target_pieces"], device)
-    stream = BatchStream(pairs, cfg.train.max_tokens, cfg.train.seed, pin_memory=device.type == "cuda")
+    stream = BatchStream.training(pairs, cfg.train, device)
     calls = iter(range(10**9))
 
     def step(batches):

@@ -16,7 +16,7 @@ from mt.batching import (
     source_batch,
     token_batches,
 )
-from mt.config import BOS, EOS, PAD
+from mt.config import BOS, EOS, PAD, TrainConfig
 from mt.training.epochs import BatchStream, epoch_plan, fill_ratio
 
 
@@ -158,6 +158,24 @@ def test_a_batch_is_the_hand_padded_pairs():
     ids, mask = source_batch([[5, 6], [], [7]])  # an empty line is eos alone
     assert ids.tolist() == [[5, 6, EOS], [EOS, PAD, PAD], [7, EOS, PAD]] and torch.equal(mask, ids != PAD)
     assert source_batch([[], []])[0].tolist() == [[EOS], [EOS]]
+
+
+def test_a_stream_padded_to_a_multiple_holds_the_same_pairs_in_fewer_shapes(toy, tokenizer):
+    """train.pad_multiple: every batch of the stream is the unpadded one's, widened with PAD to a
+    multiple of 8 on each side (masks False there, ntokens the same)."""
+    src, tgt = tokenizer.encode(toy["train"][0][:300]), tokenizer.encode(toy["train"][1][:300])
+    plain = BatchStream(Pairs.from_ids(src, tgt), 600, seed=3)
+    cfg = TrainConfig(max_tokens=600, seed=3, pad_multiple=8)
+    padded = BatchStream.training(Pairs.from_ids(src, tgt), cfg, torch.device("cpu"))  # as mt train makes it
+    (ones, _, _), (eights, _, _) = (stream.take(0, 0, 12) for stream in (plain, padded))
+    shapes = {(b.src.size(1), b.tgt_in.size(1)) for b in ones}
+    assert len({(b.src.size(1), b.tgt_in.size(1)) for b in eights}) < len(shapes)
+    for one, eight in zip(ones, eights, strict=True):
+        for key in ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask"):
+            a, b = getattr(one, key), getattr(eight, key)
+            assert b.size(0) == a.size(0) and b.size(1) % 8 == 0 and 0 <= b.size(1) - a.size(1) < 8, key
+            assert torch.equal(b[:, : a.size(1)], a) and not b[:, a.size(1) :].any(), key  # PAD is 0
+        assert eight.ntokens == one.ntokens
 
 
 def test_fill_ratio_counts_the_padded_batches(toy, tokenizer):

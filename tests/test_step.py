@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import mt.training.step
-from mt.batching import make_batch
+from mt.batching import Pairs, make_batch
 from mt.config import ModelConfig, TrainConfig
 from mt.model import Seq2Seq
 from mt.training.step import batch_loss, inverse_sqrt_lr, learning_rate, train_step
@@ -62,6 +62,22 @@ def test_train_step_over_micro_batches_equals_one_batch():
         by_hand = sum(batch_loss(twin_before, b, 0.1)[0].item() for b in micro)
     assert stats.loss == pytest.approx(by_hand, rel=1e-5)
     assert (stats.stepped, stats.overflow, stats.stop) == (True, False, False)
+
+
+def test_padding_a_batch_to_a_multiple_changes_no_update():
+    """train.pad_multiple only widens the batch with masked positions: the loss and the update are the
+    unpadded batch's (within float rounding)."""
+    model, pairs = _model_and_batches()
+    twin = copy.deepcopy(model)
+    plain = Pairs.from_ids(*zip(*pairs)).batch(torch.arange(len(pairs)))
+    padded = Pairs.from_ids(*zip(*pairs)).batch(torch.arange(len(pairs)), multiple=8)
+    assert padded.src.size(1) == padded.tgt_in.size(1) == 8 > plain.src.size(1)
+    cfg = TrainConfig(label_smoothing=0.1, clip_norm=1.0)
+    one = train_step(model, torch.optim.SGD(model.parameters()), [plain], cfg, lr=1.0)
+    other = train_step(twin, torch.optim.SGD(twin.parameters()), [padded], cfg, lr=1.0)
+    assert other.loss == pytest.approx(one.loss, rel=1e-6) and other.tokens == one.tokens
+    for a, b in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_train_step_applies_lr_and_clips_the_gradient_norm():

@@ -367,18 +367,21 @@ def test_diverging_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monke
 
 def test_bpe_dropout_trains_on_its_views_and_validates_on_plain_pieces(tmp_path, tiny_config, monkeypatch):
     streams, validations = [], []
-    real_stream, real_validation = mt.training.session.BatchStream, mt.training.session.make_validation
+    real_stream, real_validation = (
+        mt.training.session.BatchStream.training,
+        mt.training.session.make_validation,
+    )
 
-    def stream(corpus, *args, **kwargs):
+    def stream(corpus, *args):
         streams.append(corpus)
-        return real_stream(corpus, *args, **kwargs)
+        return real_stream(corpus, *args)
 
     def validation(src, ref, tokenizer, model, max_tokens):
         args = (src, ref, tokenizer, model, max_tokens)
         validations.append((real_validation(*args), args))
         return validations[-1][0]
 
-    monkeypatch.setattr(mt.training.session, "BatchStream", stream)
+    monkeypatch.setattr(mt.training.session.BatchStream, "training", stream)
     monkeypatch.setattr(mt.training.session, "make_validation", validation)
     result = train(
         tiny_config("train.max_steps=4", "data.bpe_dropout=0.2", "data.bpe_views=3"), tmp_path / "run"

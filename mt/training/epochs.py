@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from mt.batching import Batch, LengthIndex, Pairs
+from mt.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +92,24 @@ class BatchStream:
     A worker thread pads the batches of the next `take` while the caller trains on these (and, for a
     GPU, pins them so the copy is asynchronous)."""
 
-    def __init__(self, corpus: Pairs | list[Pairs], max_tokens: int, seed: int, pin_memory: bool = False):
+    def __init__(
+        self,
+        corpus: Pairs | list[Pairs],
+        max_tokens: int,
+        seed: int,
+        pin_memory: bool = False,
+        pad_multiple: int = 1,
+    ):
         self.views = corpus if isinstance(corpus, list) else [corpus]
-        self.max_tokens, self.seed, self.pin = max_tokens, seed, pin_memory
+        self.max_tokens, self.seed, self.pin, self.pad_multiple = max_tokens, seed, pin_memory, pad_multiple
         self.plans: dict[int, EpochPlan] = {}
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="mt-batches")
         self.ahead: tuple[tuple[int, int, int], Future] | None = None
+
+    @classmethod
+    def training(cls, corpus: Pairs | list[Pairs], cfg: TrainConfig, device: torch.device) -> BatchStream:
+        """The stream `mt train` reads: cfg's budget, seed and padding; batches pinned for a GPU."""
+        return cls(corpus, cfg.max_tokens, cfg.seed, device.type == "cuda", cfg.pad_multiple)
 
     def plan(self, epoch: int) -> EpochPlan:
         if epoch not in self.plans:
@@ -128,7 +141,9 @@ class BatchStream:
             epoch, index = epoch + 1, 0
         plan = self.plan(epoch)
         corpus = self.corpus(epoch)
-        batches = [corpus.batch(plan.rows(j)) for j in range(index, min(index + n, len(plan)))]
+        batches = [
+            corpus.batch(plan.rows(j), self.pad_multiple) for j in range(index, min(index + n, len(plan)))
+        ]
         return [b.pin_memory() for b in batches] if self.pin else batches, epoch, index + len(batches)
 
     def take(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:

@@ -164,9 +164,7 @@ def setup(
         optimizer=optimizer,
         scaler=scaler,
         progress=progress,
-        stream=BatchStream(
-            train_pairs, cfg.train.max_tokens, cfg.train.seed, pin_memory=device.type == "cuda"
-        ),
+        stream=BatchStream.training(train_pairs, cfg.train, device),
         val=val,
         metrics=metrics,
         cleaning=cleaning,
