@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -65,8 +66,10 @@ PEAKS = {
 }
 # compile: torch.compile(model, dynamic=True); layers: each encoder and decoder layer compiled alone
 # (dynamic=True), the embeddings, the output projection and the loss eager; loss: the model eager, the
-# label-smoothed loss (mt.loss.label_smoothed_loss, forward and backward) compiled; cudnn: SDPA may use cuDNN
-SWITCHES = ["eager", "compile", "layers", "loss", "cudnn"]
+# label-smoothed loss (mt.loss.label_smoothed_loss, forward and backward) compiled; cudnn: SDPA may use cuDNN;
+# bf16w (bf16 rows, issue 94's casts lever, not in mt): no autocast, the update computed by a bf16 copy of
+# the model, refreshed from the fp32 weights once an update; its gradients cast to fp32 for Adam's step
+SWITCHES = ["eager", "compile", "layers", "loss", "cudnn", "bf16w"]
 
 
 def bench_pairs(cfg, steps: int) -> tuple[Pairs, int, torch.Tensor]:
@@ -137,6 +140,11 @@ def child(row: dict) -> dict:
         lr = inverse_sqrt_lr(next(calls) + 1, cfg.train.lr, cfg.train.warmup_steps)
         return train_step(model, optimizer, batches, cfg.train, lr, scaler=scaler, device=device)
 
+    if row["switch"] == "bf16w":
+        if row["precision"] != "bf16":
+            return {"error": "bf16w is a bf16 row"}
+        step = bf16_weights_step(model, optimizer, cfg.train, calls)
+
     if row.get("profile"):  # labelled while warming too: a compiled model then has no cause to recompile
         with labelled():
             warm(step, pairs, stream)
@@ -163,6 +171,51 @@ def child(row: dict) -> dict:
         "peak_gpu_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
         **compiled(),
     }
+
+
+def bf16_weights_step(model, optimizer, cfg, calls):
+    """Issue 94's casts lever, measured before it is built into mt: the forward and backward run on a bf16
+    copy of `model` with no autocast (attention in fp32, as mt runs it on a CPU), the copy refreshed from
+    the fp32 weights before each update and its gradients cast to fp32 for the optimizer: one cast of
+    each weight each way an update, none per use."""
+    import copy
+
+    import mt.model
+    from mt.training.step import StepStats, batch_loss
+
+    shadow = copy.deepcopy(model).to(torch.bfloat16)
+    plain_attend = mt.model.attend
+
+    def attend(q, k, v, mask, dropout_p, causal):  # torch's bf16 SDPA is slow on CPUs: fp32, as mt does
+        if q.dtype != torch.bfloat16:
+            return plain_attend(q, k, v, mask, dropout_p, causal)
+        return plain_attend(q.float(), k.float(), v.float(), mask, dropout_p, causal).to(torch.bfloat16)
+
+    mt.model.attend = attend
+    pairs_of = list(zip(shadow.parameters(), model.parameters()))
+
+    def step(batches):
+        lr = inverse_sqrt_lr(next(calls) + 1, cfg.lr, cfg.warmup_steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        with torch.no_grad():
+            for low, high in pairs_of:
+                low.copy_(high)
+        weight, total, tokens = 1 / sum(b.ntokens for b in batches), torch.zeros(2, dtype=torch.float64), 0
+        for batch in batches:
+            loss, nll = batch_loss(shadow, batch, cfg.label_smoothing)
+            (loss * weight).backward()
+            total += torch.stack([loss.detach(), nll.detach()]).double()
+            tokens += batch.ntokens + int(batch.src_mask.sum())
+        for low, high in pairs_of:
+            high.grad, low.grad = low.grad.float(), None
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm or math.inf)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum, nll_sum = total.tolist()
+        return StepStats(loss_sum, nll_sum, sum(b.ntokens for b in batches), tokens, True, False, False)
+
+    return step
 
 
 def compiled() -> dict:

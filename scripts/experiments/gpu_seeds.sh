@@ -6,6 +6,10 @@
 #                                                       # bench; then seeds 2..SEEDS start in the background
 #   bash scripts/experiments/gpu_seeds.sh wait SECONDS  # the Transformers export on CUDA beside them; wait for
 #                                                       # the seeds at most SECONDS; `mt report`; pack
+#   bash scripts/experiments/gpu_seeds.sh bit SEEDS     # `make bit`'s seeds 1..SEEDS side by side, each reranked
+#                                                       # by its own both-directions parent (`mt tune --rerank`);
+#                                                       # then `GROUP=bit-seed ... wait SECONDS` (HF_DEVICE=none
+#                                                       # skips the export check)
 #
 # Seeds run in process sessions of their own, so they outlive the first call, on a machine kept warm by
 # calling the second at once. The corpus and the binarized cache are read from gpu_carry/ (copies,
@@ -67,29 +71,50 @@ first() {
     echo "no time left for the bench ($bench_s s)"
   fi
   stamp "seeds 2..$arg"
-  start_seeds "$arg"
+  seed_pipelines 2 "$arg" | start
 }
 
-start_seeds() {
+mps() {
   if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d; then
     # several processes' kernels at once on the GPU; kept only where a client can reach it
     if ! $PY -c "import torch; torch.ones(1).cuda().sum().item()"; then
       echo quit | nvidia-cuda-mps-control
-      echo "MPS: a client failed; seeds share the GPU by time slices"
+      echo "MPS: a client failed; the pipelines share the GPU by time slices"
     else
       echo "MPS: on"
     fi
   fi
-  : >"$STATE/pids"
-  for n in $(seq 2 "$1"); do
+}
+
+seed_pipelines() { # seeds $1..$2 of the default: train, then test2016 at the tuned setting
+  for n in $(seq "$1" "$2"); do
     run=$RUNS/multi30k-seed$n
-    command="OMP_NUM_THREADS=2 $STATE/bin/mt train configs/multi30k.yaml --run-dir $run --set train.seed=$n"
-    command+=" ${sets[*]} && $STATE/bin/mt evaluate --run $run --split test"
-    setsid bash -c "$command" >"$STATE/logs/seed$n.log" 2>&1 </dev/null &
+    echo "seed$n $STATE/bin/mt train configs/multi30k.yaml --run-dir $run --set train.seed=$n ${sets[*]}" \
+      "&& $STATE/bin/mt evaluate --run $run --split test"
+  done
+}
+
+bit_pipelines() { # make bit's two stages for seeds 1..$1, its tuned beam scored, then reranked by its parent
+  mt=$STATE/bin/mt
+  for n in $(seq 1 "$1"); do
+    run=$RUNS/multi30k-bit-seed$n
+    echo "bit$n $mt train configs/multi30k-bit-both.yaml --run-dir $run-both --set train.seed=$n ${sets[*]}" \
+      "&& $mt train configs/multi30k-bit.yaml --run-dir $run --set train.init_from=$run-both" \
+      "--set train.seed=$n ${sets[*]} && $mt evaluate --run $run --split test" \
+      "&& $mt tune --run $run --rerank $run-both && $mt evaluate --run $run --split test"
+  done
+}
+
+start() { # each line of stdin, "name command", in a process session of its own (2 CPU threads)
+  mps
+  : >"$STATE/pids"
+  while read -r name command; do
+    echo "$name: $command"
+    setsid bash -c "OMP_NUM_THREADS=2 $command" >"$STATE/logs/$name.log" 2>&1 </dev/null &
     echo $! >>"$STATE/pids"
   done
-  setsid nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 10 \
-    >"$STATE/logs/gpu.csv" 2>&1 </dev/null &
+  command -v nvidia-smi >/dev/null && setsid nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used \
+    --format=csv -l 10 >"$STATE/logs/gpu.csv" 2>&1 </dev/null &
 }
 
 running() {
@@ -98,19 +123,24 @@ running() {
   echo $n
 }
 
-wait_seeds() {
+hf_check() {
   stamp "hf export on CUDA against mt translate"
-  timeout 240 $PY scripts/hf_parity.py --run $RUNS/multi30k-seed1 --device "${HF_DEVICE:-cuda}" --out "$STATE/out/hf_parity.json" \
-    >"$STATE/logs/hf.log" 2>&1
+  timeout 240 $PY scripts/hf_parity.py --run $RUNS/multi30k-seed1 --device "${HF_DEVICE:-cuda}" \
+    --out "$STATE/out/hf_parity.json" >"$STATE/logs/hf.log" 2>&1
   echo "hf_parity: rc $?"
   tail -40 "$STATE/logs/hf.log"
+}
+
+wait_seeds() {
+  [ "${HF_DEVICE:-cuda}" = none ] || hf_check
   end=$((SECONDS + arg))
   while [ "$(running)" -gt 0 ] && [ $SECONDS -lt $end ]; do sleep 5; done
-  stamp "$(running) seeds still running"
-  for log in "$STATE"/logs/seed*.log; do
+  stamp "$(running) pipelines still running"
+  for log in "$STATE"/logs/seed*.log "$STATE"/logs/bit*.log; do
+    [ -f "$log" ] || continue
     echo "== $(basename "$log"): $(tr '\r' '\n' <"$log" | grep -v '^\s*$' | tail -1 | cut -c1-300)"
   done
-  done_runs=$(for r in "$RUNS"/multi30k-seed*; do ls "$r"/eval-test-*.json >/dev/null 2>&1 && echo "$r"; done)
+  done_runs=$(for r in "$RUNS"/multi30k-${GROUP:-seed}?; do ls "$r"/eval-test-*.json >/dev/null 2>&1 && echo "$r"; done)
   # shellcheck disable=SC2086
   $PY -m mt report $done_runs --out "$STATE/out/seeds-report.md" && cat "$STATE/out/seeds-report.md"
 }
@@ -122,6 +152,7 @@ pack() {
 
 case $mode in
 first) first ;;
+bit) fake_venv && bit_pipelines "$arg" | start ;;
 wait) wait_seeds ;;
 *) echo "first or wait" >&2 && exit 2 ;;
 esac
