@@ -94,16 +94,17 @@ def _flat(seqs: list[list[int]]) -> tuple[Tensor, Tensor]:
 
 
 BLOCK = 64  # pairs a stored start stands for: a pair's offset is its block's start plus the lengths before it
-CHUNK = 1 << 16  # pairs read at a time where a whole corpus is walked: small, so that the allocator hands
-# the memory back (glibc keeps freed blocks of a few MB: 1M-pair chunks left 80 MB held at 39M pairs)
+# pairs read at a time where a whole corpus is walked: small, so that the allocator hands the memory back
+# (glibc keeps freed blocks of a few MB: 1M-pair chunks left 80 MB held at 39M pairs)
+PAIRS_WALKED_AT_ONCE = 1 << 16
 
 
 def block_starts(lengths: Tensor) -> Tensor:
     """(P,) lengths -> (ceil(P / BLOCK) + 1,) int64: where pairs 0, BLOCK, 2 BLOCK, ... start, then the
     end. Read a chunk at a time: a memory-mapped corpus is not copied."""
     sums = [torch.zeros(1, dtype=torch.long)]
-    for a in range(0, len(lengths), CHUNK):
-        part = lengths[a : a + CHUNK].long()
+    for a in range(0, len(lengths), PAIRS_WALKED_AT_ONCE):
+        part = lengths[a : a + PAIRS_WALKED_AT_ONCE].long()
         sums.append(F.pad(part, (0, -len(part) % BLOCK)).view(-1, BLOCK).sum(1))
     return torch.cat(sums).cumsum(0)
 
@@ -275,8 +276,13 @@ class LengthIndex:
 def _chunk_keys(src_len: Tensor, tgt_len: Tensor) -> Iterator[tuple[int, Tensor]]:
     """(first pair, its chunk's sort keys (C,)) a chunk at a time: a memory-mapped corpus is read,
     not copied."""
-    for a in range(0, len(src_len), CHUNK):
-        yield a, _sort_key(src_len[a : a + CHUNK].long(), tgt_len[a : a + CHUNK].long())
+    for a in range(0, len(src_len), PAIRS_WALKED_AT_ONCE):
+        yield (
+            a,
+            _sort_key(
+                src_len[a : a + PAIRS_WALKED_AT_ONCE].long(), tgt_len[a : a + PAIRS_WALKED_AT_ONCE].long()
+            ),
+        )
 
 
 def length_index(src_len: Tensor, tgt_len: Tensor, order: Tensor | None = None) -> LengthIndex:

@@ -1,6 +1,7 @@
 """Where the translator computes, and in what precision: the device `auto` names, the precisions a
-device runs natively, and the autocast and TF32 settings a precision asks for. Training, evaluation and
-the Python API all read these, so they live in the core, not beside the training loop.
+device runs natively, and the autocast and TF32 settings a precision asks for. Outside training only
+`resolve_device` is read (evaluation, the translator); it lives in the core so that they need not import
+training, and the precision settings stay beside it as one concern.
 """
 
 from __future__ import annotations

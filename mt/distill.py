@@ -37,7 +37,7 @@ from mt.run.parent import TEACHER, read_teacher
 from mt.training.compute import card_pipeline, search_multiply_adds
 from mt.translator import Translator
 
-CHUNK = 1000  # source lines a chunk: sorted into token-budget batches, then appended and flushed
+LINES_FLUSHED_AT_ONCE = 1000  # source lines a chunk: sorted into token-budget batches, appended, flushed
 
 
 def distilled_root() -> Path:
@@ -143,8 +143,8 @@ def _translate(t: Translator, sources: list[str], done: int, partial: Path) -> N
         open(partial, "a", encoding="utf-8") as out,
         tqdm(total=len(sources), initial=done, unit=" sent", desc="distill", disable=None) as bar,
     ):
-        for start in range(done, len(sources), CHUNK):
-            chunk = sources[start : start + CHUNK]
+        for start in range(done, len(sources), LINES_FLUSHED_AT_ONCE):
+            chunk = sources[start : start + LINES_FLUSHED_AT_ONCE]
             out.write(_text(t.translate(chunk)))
             out.flush()
             os.fsync(out.fileno())

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from mt.config import PAD
 
-CHUNK = 2**28  # logits at a time in fp32 when they come in bf16 or fp16 (1 GiB)
+LOGITS_IN_FP32_AT_ONCE = 2**28  # logits at a time in fp32 when they come in bf16 or fp16 (1 GiB)
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
@@ -58,9 +58,9 @@ def _grad(logits: Tensor, target: Tensor, grad_loss: Tensor, grad_nll: Tensor, e
 
 
 def _chunk_rows(logits: Tensor) -> int:
-    """Rows a chunk: all of them in fp32, else as many as CHUNK elements hold."""
+    """Rows a chunk: all of them in fp32, else as many as LOGITS_IN_FP32_AT_ONCE elements hold."""
     N, V = logits.shape
-    return max(N, 1) if logits.dtype == torch.float32 else max(1, CHUNK // V)
+    return max(N, 1) if logits.dtype == torch.float32 else max(1, LOGITS_IN_FP32_AT_ONCE // V)
 
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:

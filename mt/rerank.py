@@ -141,7 +141,7 @@ def bleu_matrix(texts: list[str], tokenize: str) -> torch.Tensor:
     metric = BLEU(tokenize=tokenize)
     words = [metric._preprocess_segment(t).split() for t in texts]
     length = torch.tensor([len(w) for w in words], dtype=torch.float64)  # (N,)
-    logs = zero_orders = torch.zeros(len(texts), len(texts), dtype=torch.float64)
+    logs, zero_orders = (torch.zeros(len(texts), len(texts), dtype=torch.float64) for _ in range(2))  # (N, N)
     any_match = torch.zeros_like(logs, dtype=torch.bool)
     for n in range(1, BLEU_ORDER + 1):
         matched = matches([Counter(tuple(w[i : i + n]) for i in range(len(w) - n + 1)) for w in words])

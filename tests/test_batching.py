@@ -111,7 +111,7 @@ def test_a_length_index_read_a_chunk_at_a_time_is_the_one_read_at_once(monkeypat
     rng = random.Random(5)
     src, tgt = [rng.randint(0, 12) for _ in range(1000)], [rng.randint(0, 12) for _ in range(1000)]
     whole = lengths_pairs(src, tgt).length_index()
-    monkeypatch.setattr(mt.batching, "CHUNK", 64)
+    monkeypatch.setattr(mt.batching, "PAIRS_WALKED_AT_ONCE", 64)
     chunked = lengths_pairs(src, tgt).length_index()
     assert torch.equal(whole.order, chunked.order) and torch.equal(whole.starts, chunked.starts)
     keys = [(max(src[i], tgt[i]), src[i], tgt[i]) for i in whole.order.tolist()]
@@ -254,5 +254,5 @@ def test_fill_ratio_and_taken_read_an_epochs_batches_a_few_at_a_time(toy, tokeni
     )
     whole = fill_ratio(plan)
     assert torch.equal(plan.taken(half), counted)
-    monkeypatch.setattr(mt.training.epochs, "AT_ONCE", 3)
+    monkeypatch.setattr(mt.training.epochs, "BATCHES_AT_ONCE", 3)
     assert torch.equal(plan.taken(half), counted) and fill_ratio(plan) == pytest.approx(whole, rel=1e-12)

@@ -159,7 +159,9 @@ def test_bpe_dropout_views_are_seeded_samples_of_the_same_text(files, tokenizer,
     """Each view re-encodes the pairs with BPE-dropout: the same text in other pieces, the same again
     for the same view, another for another view; view 0 is the plain encoding."""
     sampled = dataclasses.replace(files, max_len=400, bpe_dropout=0.3)
-    monkeypatch.setattr(binarize, "CHUNK", 7)  # several chunks: each side of each gets a seed of its own
+    monkeypatch.setattr(
+        binarize, "PAIRS_ENCODED_AT_ONCE", 7
+    )  # several chunks: each side of each gets a seed of its own
 
     def pieces(folder) -> list[list[int]]:
         loaded = corpus.load(folder)
@@ -327,7 +329,7 @@ def test_two_encoding_processes_write_the_bytes_one_process_writes(files, tokeni
     (tmp_path / "train.de").write_text("\n".join(lines + lines[:40]) + "\n")  # 40 pairs again: the
     (tmp_path / "train.en").write_text("\n".join(en + en[:40]) + "\n")  # short ones are duplicates
     sampled = dataclasses.replace(files, bpe_dropout=0.2)
-    monkeypatch.setattr(binarize, "CHUNK", 7)
+    monkeypatch.setattr(binarize, "PAIRS_ENCODED_AT_ONCE", 7)
     pools, spawned = [], binarize.multiprocessing.get_context("spawn")
 
     class Spawn:  # the spawn context, with each pool it starts counted
@@ -356,7 +358,7 @@ def test_a_line_that_is_not_utf8_is_named_by_an_encoding_process_before_the_side
     path = corpus.training_sources(files)[1]
     lines = path.read_bytes().split(b"\n")
     path.write_bytes(b"\n".join(lines[:17] + [b"caf\xe9"] + lines[18:-10]))  # and 10 lines short
-    monkeypatch.setattr(binarize, "CHUNK", 7)
+    monkeypatch.setattr(binarize, "PAIRS_ENCODED_AT_ONCE", 7)
     monkeypatch.setattr(binarize, "binarize_processes", lambda sources: 2)
     with pytest.raises(DataError) as e:
         corpus.prepare(files, tokenizer)

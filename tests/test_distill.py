@@ -121,7 +121,7 @@ def test_with_references_the_original_pairs_follow_the_teachers(teacher_run, tmp
 def test_a_killed_distillation_resumes_to_the_same_file(small_teacher, tmp_path, monkeypatch):
     teacher = small_teacher
     whole = distill(teacher, tmp_path / "whole")
-    monkeypatch.setattr(distill_module, "CHUNK", 12)
+    monkeypatch.setattr(distill_module, "LINES_FLUSHED_AT_ONCE", 12)
     calls, translate = [], teacher.translate
 
     def killed(lines, *args, **kwargs):

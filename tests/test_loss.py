@@ -53,7 +53,7 @@ def test_loss_and_gradient_match_torch_cross_entropy(epsilon):
 def test_bf16_logits_are_read_in_fp32_without_a_whole_copy(monkeypatch, chunk):
     """Logits from autocast (bf16) give the fp32 loss of the same (rounded) values, and a gradient in
     bf16 equal to fp32's rounded; however many chunks the rows are read in."""
-    monkeypatch.setattr("mt.loss.CHUNK", chunk)
+    monkeypatch.setattr("mt.loss.LOGITS_IN_FP32_AT_ONCE", chunk)
     torch.manual_seed(0)
     half = (3 * torch.randn(30, 11)).bfloat16().requires_grad_()
     full = half.detach().float().requires_grad_()

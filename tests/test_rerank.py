@@ -43,6 +43,18 @@ TEXTS = [
 ]
 
 
+def test_the_private_sacrebleu_step_the_bleu_matrix_rests_on_is_still_there():
+    """mt.rerank.bleu_matrix tokenizes with sacreBLEU's private `BLEU._preprocess_segment`, written
+    against sacreBLEU 2.6.0 (pyproject accepts >= 2.4): on another version this says whether the step
+    still exists and still gives the words sentence_bleu counts."""
+    from sacrebleu.metrics import BLEU
+
+    where = f"sacreBLEU {sacrebleu.__version__} (written against 2.6.0)"
+    assert callable(getattr(BLEU, "_preprocess_segment", None)), f"{where}: BLEU._preprocess_segment is gone"
+    assert BLEU(tokenize="13a")._preprocess_segment("A dog, running.") == "A dog , running .", where
+    assert BLEU(tokenize="none")._preprocess_segment("A dog, running.") == "A dog, running.", where
+
+
 def test_the_chrf_matrix_is_sacrebleus_sentence_chrf_for_every_pair():
     matrix = chrf_matrix(TEXTS)
     for (i, hyp), (j, ref) in itertools.product(enumerate(TEXTS), repeat=2):

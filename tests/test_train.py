@@ -16,11 +16,13 @@ import pytest
 import torch
 from conftest import metrics, sets, weights
 
+import mt.run.metrics_log
 import mt.training.session
 import mt.training.step
 import mt.training.train
 from mt.cli import main
 from mt.config import load_config
+from mt.run.metrics_log import read_metrics
 from mt.tokenizer import Tokenizer
 from mt.training.train import TrainingError, train
 
@@ -132,6 +134,11 @@ def test_val_loss_above_its_lowest_for_three_validations_is_called_overfitting(
     monkeypatch.setattr(
         mt.training.train, "validate", scripted_validations([3.0, 2.0, 2.1, 1.9, 2.2, 2.3, 2.4])
     )
+    reads = []
+    for module in (mt.run.metrics_log, mt.training.train):  # wherever the loop might read it from
+        monkeypatch.setattr(
+            module, "read_metrics", lambda path: reads.append(path) or read_metrics(path), raising=False
+        )
     train(
         load_config(ROOT / "configs/toy.yaml", tiny + ["train.valid_every=2", "train.max_steps=14"]),
         tmp_path / "run",
@@ -142,6 +149,7 @@ def test_val_loss_above_its_lowest_for_three_validations_is_called_overfitting(
         "model is overfitting the training pairs; more regularisation (model.dropout) or a smaller budget "
         "(train.max_steps) would do better"
     ]
+    assert reads == []  # the log keeps its val losses: metrics.jsonl is not read again at each validation
 
 
 def test_patience_stops_after_validations_without_a_bleu_gain(tmp_path, tiny, monkeypatch):

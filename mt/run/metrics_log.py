@@ -60,10 +60,13 @@ class MetricsLog:
     """DIR/metrics.jsonl, one JSON object a line, flushed as written; `report` and resume read it. A
     line the OS refuses is a WriteError that stops the run, never a row silently lost (resume drops
     a half-written last line). `board`: a TensorBoard SummaryWriter that gets every number of every
-    row as the scalar of the same name, at the row's step."""
+    row as the scalar of the same name, at the row's step. `val_losses`: (step, val loss) of every
+    validation of the run, a resumed run's earlier ones too, read from the file once, at opening."""
 
     def __init__(self, path: Path, append: bool, board: Any = None):
         self.path, self.board = path, board
+        rows = read_metrics(path) if append else []
+        self.val_losses = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
         try:
             self.file = open(path, "a" if append else "w", encoding="utf-8")
         except OSError as e:
@@ -75,6 +78,8 @@ class MetricsLog:
             self.file.flush()
         except OSError as e:
             raise write_failure(self.path, e) from None
+        if record.get("val_loss") is not None:
+            self.val_losses.append((record["step"], record["val_loss"]))
         for key, value in record.items() if self.board else ():
             if key != "step" and type(value) in (int, float):
                 self.board.add_scalar(key, value, record["step"])

@@ -32,7 +32,7 @@ from mt.training.clean import Cleaner, pair_keys
 
 log = logging.getLogger(__name__)
 
-CHUNK = 10_000  # pairs encoded at a time
+PAIRS_ENCODED_AT_ONCE = 10_000  # pairs encoded at a time
 
 
 def id_dtype(largest: int) -> torch.dtype:
@@ -169,11 +169,11 @@ def _encoded_chunks(
 
 
 def _raw_chunks(sources: tuple[TextSource, TextSource]) -> Iterator[tuple[int, list]]:
-    """(first line number, CHUNK pairs of lines as stored) a chunk at a time; a side that ends early is
-    an error naming both."""
+    """(first line number, PAIRS_ENCODED_AT_ONCE pairs of lines as stored) a chunk at a time; a side that
+    ends early is an error naming both."""
     src, tgt = (raw_lines(s) for s in sources)
     n = 0
-    while chunk := list(itertools.islice(zip(src, tgt), CHUNK)):
+    while chunk := list(itertools.islice(zip(src, tgt), PAIRS_ENCODED_AT_ONCE)):
         yield n + 1, chunk
         n += len(chunk)
     rest = [sum(1 for _ in side) for side in (src, tgt)]  # zip stopped at the shorter side

@@ -51,13 +51,14 @@ class EpochPlan:
         return counts
 
 
-AT_ONCE = 1 << 16  # batches looked at together where an epoch's every batch is: memory flat in the corpus
+# batches looked at together where an epoch's every batch is: memory flat in the corpus
+BATCHES_AT_ONCE = 1 << 16
 
 
 def _batch_chunks(cuts: Tensor) -> Iterator[tuple[int, Tensor]]:
-    """(first batch, the cuts of AT_ONCE batches from it) over all the batches `cuts` bound."""
-    for first in range(0, len(cuts) - 1, AT_ONCE):
-        yield first, cuts[first : first + AT_ONCE + 1]
+    """(first batch, the cuts of BATCHES_AT_ONCE batches from it) over all the batches `cuts` bound."""
+    for first in range(0, len(cuts) - 1, BATCHES_AT_ONCE):
+        yield first, cuts[first : first + BATCHES_AT_ONCE + 1]
 
 
 def epoch_plan(corpus: Pairs, max_tokens: int, seed: int, epoch: int) -> EpochPlan:

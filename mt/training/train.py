@@ -29,7 +29,6 @@ from mt.config import RunConfig, TrainConfig
 from mt.metrics import HEADLINE, PRIMARY, label
 from mt.run import checkpoint
 from mt.run.card import read_card
-from mt.run.metrics_log import read_metrics
 from mt.run.progress import Progress, Window
 from mt.run.resume import Resumed, resume_checkpoint
 from mt.training import distributed
@@ -217,21 +216,21 @@ RISING_VALIDATIONS = 3
 
 def warn_if_val_loss_rises(s: Session) -> None:
     """Say so once val loss has stayed above its lowest for RISING_VALIDATIONS validations: once a stretch,
-    not at every validation after (rank 0; metrics.jsonl holds every validation of the run, resumed ones
+    not at every validation after (rank 0; the metrics log holds every validation of the run, resumed ones
     too)."""
-    rows = [r for r in read_metrics(s.run_dir / "metrics.jsonl") if r.get("val_loss") is not None]
-    lowest = min(rows, key=lambda r: r["val_loss"], default=None)
-    above = [r for r in rows if lowest and r["step"] > lowest["step"]]
-    if len(above) == RISING_VALIDATIONS:
+    lowest_step, lowest = min(s.metrics.val_losses, key=lambda row: row[1])
+    above = sum(step > lowest_step for step, _ in s.metrics.val_losses)
+    if above == RISING_VALIDATIONS:
+        last_step, last = s.metrics.val_losses[-1]
         log.warning(
             "val loss %.3f has stayed above its lowest, %.3f at step %d, for %d validations (%d updates): "
             "the model is overfitting the training pairs; more regularisation (model.dropout) or a "
             "smaller budget (train.max_steps) would do better",
-            rows[-1]["val_loss"],
-            lowest["val_loss"],
-            lowest["step"],
-            len(above),
-            rows[-1]["step"] - lowest["step"],
+            last,
+            lowest,
+            lowest_step,
+            above,
+            last_step - lowest_step,
         )
 
 
