@@ -68,7 +68,8 @@ def binarize(
     ids_type, len_type = id_dtype(tokenizer.vocab_size - 1), id_dtype(cfg.max_len)
     judge = Cleaner(cfg)  # the duplicate rule and the counts, in corpus order, here
     started, processes = time.perf_counter(), binarize_processes(sources)
-    encoded = _encoded_chunks(sources, (tokenizer.proto, cfg, dropout, ids_type, len_type), processes)
+    settings = EncodeSettings(_names(sources), tokenizer.proto, cfg, dropout, ids_type, len_type)
+    encoded = _encoded_chunks(sources, settings, processes)
     kept, read = _write(encoded, judge, folder, total)
     if not kept:
         raise DataError(
@@ -142,18 +143,17 @@ class Encoded:
 
 
 def _encoded_chunks(
-    sources: tuple[TextSource, TextSource], settings: tuple, processes: int
+    sources: tuple[TextSource, TextSource], settings: EncodeSettings, processes: int
 ) -> Iterator[Encoded]:
     """The corpus's chunks encoded, in order: here, or in `processes` worker processes that each
     encode a chunk while this one reads the next (a few chunks in flight, never the whole file)."""
     chunks = enumerate(_raw_chunks(sources))
-    names = _names(sources)
     if processes == 1:
-        _start_worker(names, *settings)
+        _start_worker(settings)
         yield from (_encode_chunk(number, chunk) for number, chunk in chunks)
         return
     spawn = multiprocessing.get_context("spawn")  # not fork: this process may hold threads and torch's state
-    with spawn.Pool(processes, _start_worker, (names, *settings)) as pool:
+    with spawn.Pool(processes, _start_worker, (settings,)) as pool:
         pending: collections.deque = collections.deque()
         try:
             for number, chunk in chunks:
@@ -189,21 +189,41 @@ def _names(sources: tuple[TextSource, TextSource]) -> list:
     ]
 
 
-_worker: dict = {}  # what a process that encodes chunks holds: set once by `_start_worker`
+@dataclass(frozen=True)
+class EncodeSettings:
+    """What a process that encodes chunks starts from (sent to each spawned worker)."""
+
+    names: list  # what an error calls each side (`_names`)
+    proto: bytes  # the tokenizer's model
+    cfg: DataConfig
+    dropout: tuple[float, int] | None  # (BPE-dropout probability, seed), or none
+    ids_type: torch.dtype
+    len_type: torch.dtype
 
 
-def _start_worker(names: list, proto: bytes, cfg: DataConfig, dropout, ids_type, len_type) -> None:
+@dataclass
+class Worker:
+    """What a process that encodes chunks holds, made once from its EncodeSettings."""
+
+    names: list
+    tokenizer: Tokenizer
+    cleaner: Cleaner
+    dropout: tuple[float, int] | None
+    codes: list[str]  # array typecodes of source ids, target ids, source lengths, target lengths
+
+
+_worker: Worker | None = None  # this process's, set by `_start_worker`
+
+
+def _start_worker(settings: EncodeSettings) -> None:
     """Set this process up to encode chunks (`_encode_chunk`); a worker process leaves Ctrl-C to the
     main process, which stops the pool."""
+    global _worker
     if multiprocessing.parent_process():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _worker.update(
-        names=names,
-        tokenizer=Tokenizer(proto),
-        cleaner=Cleaner(cfg),
-        dropout=dropout,
-        codes=[TYPECODE[t] for t in (ids_type, ids_type, len_type, len_type)],
-    )
+    s = settings
+    codes = [TYPECODE[t] for t in (s.ids_type, s.ids_type, s.len_type, s.len_type)]
+    _worker = Worker(s.names, Tokenizer(s.proto), Cleaner(s.cfg), s.dropout, codes)
 
 
 def _encode_chunk(number: int, raw: tuple[int, list]) -> Encoded:
@@ -212,17 +232,17 @@ def _encode_chunk(number: int, raw: tuple[int, list]) -> Encoded:
     first, lines = raw
     w = _worker
     chunk = [
-        tuple(decoded_line(side, name, first + i) for side, name in zip(pair, w["names"]))
+        tuple(decoded_line(side, name, first + i) for side, name in zip(pair, w.names))
         for i, pair in enumerate(lines)
     ]
-    src, tgt, lengths = _encode(chunk, w["tokenizer"], number, w["dropout"])
-    verdicts = [w["cleaner"].rule(pair, n) for pair, n in zip(chunk, lengths)]
-    arrays = [array.array(code) for code in w["codes"]]
+    src, tgt, lengths = _encode(chunk, w.tokenizer, number, w.dropout)
+    verdicts = [w.cleaner.rule(pair, n) for pair, n in zip(chunk, lengths)]
+    arrays = [array.array(code) for code in w.codes]
     for s, t, rule in zip(src, tgt, verdicts):
         if not rule:
             arrays[0].extend(s), arrays[1].extend(t), arrays[2].append(len(s)), arrays[3].append(len(t))
     kept = [pair for pair, rule in zip(chunk, verdicts) if not rule]
-    return Encoded(arrays, verdicts, pair_keys(kept) if w["cleaner"].deduplicates else [])
+    return Encoded(arrays, verdicts, pair_keys(kept) if w.cleaner.deduplicates else [])
 
 
 def _encode(
