@@ -24,6 +24,8 @@ webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
+from mt.metrics import HEADLINE  # noqa: E402
+from mt.run.card import read_card  # noqa: E402
 from mt.serving.app import create_app, server_info  # noqa: E402
 from mt.serving.limits import ServeLimits  # noqa: E402
 from mt.serving.worker import Worker  # noqa: E402
@@ -133,10 +135,13 @@ def cells(driver, kind: str, what: str = "fill") -> list[str]:
     return read(driver, f"#heatmap-{kind} rect.cell", what)
 
 
-def test_type_translate_and_explore_the_attention(server, browser, tmp_path):
+def test_type_translate_and_explore_the_attention(server, served_run, browser, tmp_path):
     wait = WebDriverWait(browser, 60)
     browser.get(server)
     wait.until(lambda d: "layers" in d.find_element(By.ID, "model-info").text)  # GET /info answered
+    card = read_card(served_run)["training"]  # the scores are labelled from mt.metrics
+    best = ", ".join(f"{m.label} {card['best_val_' + m.key]:.2f}" for m in HEADLINE)
+    assert browser.find_element(By.ID, "model-info").text.endswith(f"steps, best validation {best}")
     source = browser.find_element(By.ID, "source")
     source.clear()
     source.send_keys("\n".join(LINES))

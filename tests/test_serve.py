@@ -18,6 +18,7 @@ from conftest import ODD, expected, make_worker  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from mt.cli import main  # noqa: E402
+from mt.metrics import HEADLINE  # noqa: E402
 from mt.serving.app import create_app, server_info  # noqa: E402
 from mt.serving.worker import Job  # noqa: E402
 
@@ -310,6 +311,8 @@ def test_health_info_and_the_page(client, served):
     assert info["limits"]["max_lines"] == 8 and info["model"]["heads"] == served[3].cfg.n_heads
     assert (info["model"]["encoder_layers"], info["model"]["decoder_layers"]) == served[3].cfg.depth
     assert info["languages"] == {"source": "de", "target": "en"}  # the page names them
+    assert info["card"]["headline"] == [[m.key, m.label] for m in HEADLINE]  # the page labels the scores
+    assert all(isinstance(info["card"][f"best_val_{m.key}"], float) for m in HEADLINE)
     page = client.get("/")
     assert page.status_code == 200 and 'src="static/app.js"' in page.text
     for name in ("app.js", "style.css"):

@@ -226,9 +226,11 @@ async function showModel() {
   try {
     const info = await (await fetch("info")).json();
     const card = info.card || {};
-    const bleu = card.best_val_bleu == null ? "" : `, best validation BLEU ${card.best_val_bleu.toFixed(2)}`;
+    const scores = (card.headline || []).filter(([key]) => card[`best_val_${key}`] != null)
+      .map(([key, label]) => `${label} ${card[`best_val_${key}`].toFixed(2)}`);
+    const best = scores.length ? `, best validation ${scores.join(", ")}` : "";
     $("model-info").textContent = `${info.name}: ${info.model.encoder_layers}+${info.model.decoder_layers} layers, d ${info.model.d_model}, ` +
-      `${info.model.heads} heads · ${info.checkpoint} · ${card.steps ?? "?"} steps${bleu}`;
+      `${info.model.heads} heads · ${info.checkpoint} · ${card.steps ?? "?"} steps${best}`;
     $("beam").max = info.limits.max_beam;
     showDecoding(info.decode);
     const { source, target } = info.languages;
