@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mt.config import BOS, EOS, PAD, padded_length
+from mt.config import BOS, EOS, PAD
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +68,12 @@ def _concat(ids: Tensor, starts: Tensor, lengths: Tensor) -> Tensor:
 
 
 def _padded(
-    ids: Tensor, starts: Tensor, lengths: Tensor, first: int | None, last: int | None, multiple: int = 1
+    ids: Tensor, starts: Tensor, lengths: Tensor, first: int | None, last: int | None
 ) -> tuple[Tensor, Tensor]:
-    """Rows [first] + ids[start: start + length] + [last], right-padded to a multiple of `multiple`:
-    (ids (B, L), mask (B, L))."""
+    """Rows [first] + ids[start: start + length] + [last], right-padded: (ids (B, L), mask (B, L))."""
     ids = ids if ids.numel() else torch.zeros(1, dtype=ids.dtype)  # every row empty: nothing to gather
     shift = int(first is not None)
-    position = torch.arange(padded_length(int(lengths.max()) + 1, multiple))  # (L,)
+    position = torch.arange(int(lengths.max()) + 1)  # (L,)
     inside = (position >= shift) & (position < lengths[:, None] + shift)  # (B, L)
     offsets = (starts[:, None] + position - shift).clamp(0, ids.numel() - 1)  # (B, L)
     out = torch.where(inside, gather_rows(ids, offsets), PAD)
@@ -94,9 +93,8 @@ def _flat(seqs: list[list[int]]) -> tuple[Tensor, Tensor]:
 
 
 BLOCK = 64  # pairs a stored start stands for: a pair's offset is its block's start plus the lengths before it
-# pairs read at a time where a whole corpus is walked: small, so that the allocator hands the memory back
-# (glibc keeps freed blocks of a few MB: 1M-pair chunks left 80 MB held at 39M pairs)
-PAIRS_WALKED_AT_ONCE = 1 << 16
+PAIRS_WALKED_AT_ONCE = 1 << 16  # pairs read at a time where a corpus is walked: small, so that the allocator
+# hands the memory back (glibc keeps freed blocks of a few MB: 1M-pair chunks left 80 MB held at 39M pairs)
 
 
 def block_starts(lengths: Tensor) -> Tensor:
@@ -173,14 +171,13 @@ class Pairs:
         tgt = _concat(self.tgt, tgt_start, tgt_len)
         return Pairs.of(src, tgt, src_len.to(self.src_len.dtype), tgt_len.to(self.tgt_len.dtype))
 
-    def batch(self, rows: Tensor, multiple: int = 1) -> Batch:
-        """The padded batch of pairs `rows` (B,), in that order, each side's length a multiple of
-        `multiple` (train.pad_multiple)."""
+    def batch(self, rows: Tensor) -> Batch:
+        """The padded batch of pairs `rows` (B,), in that order."""
         src_len, tgt_len = gather_rows(self.src_len, rows), gather_rows(self.tgt_len, rows)  # (B,)
         src_start, tgt_start = self.starts(rows)
-        src, src_mask = _padded(self.src, src_start, src_len, None, EOS, multiple)
-        tgt_in, tgt_mask = _padded(self.tgt, tgt_start, tgt_len, BOS, None, multiple)
-        tgt_out, _ = _padded(self.tgt, tgt_start, tgt_len, None, EOS, multiple)
+        src, src_mask = _padded(self.src, src_start, src_len, None, EOS)
+        tgt_in, tgt_mask = _padded(self.tgt, tgt_start, tgt_len, BOS, None)
+        tgt_out, _ = _padded(self.tgt, tgt_start, tgt_len, None, EOS)
         return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask, int(tgt_mask.sum()))
 
 

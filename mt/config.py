@@ -116,8 +116,8 @@ class TrainConfig:
     # after warmup; linear: to 0 at the budget's end
     schedule: str = choice("inverse_sqrt", "inverse_sqrt", "linear")
     max_tokens: int = within(4096, 16)  # per batch: sentences x longest side, padding included
-    # a training batch's source and target padded up to a multiple of this: the same batches in fewer
-    # shapes (a CPU's bf16 kernels are made per shape: time and memory), at the padding's compute
+    # a training batch's sides padded up to a multiple of this (never past model.max_positions): the same
+    # batches in fewer shapes (a CPU's bf16 kernels are made per shape: time, memory), at the padding's cost
     pad_multiple: int = within(1, 1)
     max_steps: int = within(100_000, 1, resumable=True)
     max_minutes: float = within(0.0, 0.0, resumable=True)  # wall-clock budget for the loop; 0 = none
@@ -244,17 +244,7 @@ def check_config(cfg: RunConfig) -> RunConfig:
         raise ConfigError(
             f"data.max_len ({cfg.data.max_len}) + 2 exceeds model.max_positions ({m.max_positions})"
         )
-    if padded_length(cfg.data.max_len + 1, cfg.train.pad_multiple) > m.max_positions:
-        raise ConfigError(
-            f"train.pad_multiple ({cfg.train.pad_multiple}) pads data.max_len ({cfg.data.max_len}) + 1 past "
-            f"model.max_positions ({m.max_positions}); use a smaller multiple or more positions"
-        )
     return cfg
-
-
-def padded_length(length: int, multiple: int) -> int:
-    """`length` rounded up to a multiple of `multiple` (train.pad_multiple)."""
-    return -(-length // multiple) * multiple
 
 
 def check_precision(precision: str, device_type: str) -> None:

@@ -1,7 +1,6 @@
 """Where the translator computes, and in what precision: the device `auto` names, the precisions a
 device runs natively, and the autocast and TF32 settings a precision asks for. Outside training only
-`resolve_device` is read (evaluation, the translator); it lives in the core so that they need not import
-training, and the precision settings stay beside it as one concern.
+`resolve_device` is read (evaluation, the translator): here, they need not import training.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ from mt.model import Seq2Seq  # noqa: E402
 from mt.output_pieces import target_pieces  # noqa: E402
 from mt.training import corpus  # noqa: E402
 from mt.training.compute import forward_multiply_adds  # noqa: E402
-from mt.training.epochs import BatchStream, epoch_plan  # noqa: E402
+from mt.training.epochs import BatchStream, epoch_plan, widened  # noqa: E402
 from mt.training.step import inverse_sqrt_lr, train_step  # noqa: E402
 
 # dense tensor-core (fp32: CUDA-core) peaks in TFLOP/s, from NVIDIA's data sheets; by device name
@@ -117,7 +117,7 @@ def warm(step, pairs: Pairs, stream: BatchStream) -> float:
     """One update on each batch shape of epoch 1; returns the seconds spent."""
     start, plan, seen = time.perf_counter(), stream.plan(1), set()
     for j in range(len(plan)):
-        batch = pairs.batch(plan.rows(j), stream.pad_multiple)
+        batch = widened(pairs.batch(plan.rows(j)), *stream.pad_to)
         shape = (*batch.src.shape, batch.tgt_in.size(1))
         if shape not in seen:
             seen.add(shape)
@@ -133,7 +133,7 @@ def child(row: dict) -> dict:
     saved = torch.load(row["pairs"])
     pairs, vocab_size = Pairs.of(*saved["pairs"]), saved["vocab_size"]
     model, optimizer, scaler = build(cfg, row, vocab_size, saved["target_pieces"], device)
-    stream = BatchStream.training(pairs, cfg.train, device)
+    stream = BatchStream.training(pairs, cfg, device)
     calls = iter(range(10**9))
 
     def step(batches):

@@ -16,8 +16,8 @@ from mt.batching import (
     source_batch,
     token_batches,
 )
-from mt.config import BOS, EOS, PAD, TrainConfig
-from mt.training.epochs import BatchStream, epoch_plan, fill_ratio
+from mt.config import BOS, EOS, PAD, RunConfig, TrainConfig
+from mt.training.epochs import BatchStream, epoch_plan, fill_ratio, widened
 
 
 def reference_batches(src_lens, tgt_lens, max_tokens, ties=None):
@@ -165,7 +165,7 @@ def test_a_stream_padded_to_a_multiple_holds_the_same_pairs_in_fewer_shapes(toy,
     multiple of 8 on each side (masks False there, ntokens the same)."""
     src, tgt = tokenizer.encode(toy["train"][0][:300]), tokenizer.encode(toy["train"][1][:300])
     plain = BatchStream(Pairs.from_ids(src, tgt), 600, seed=3)
-    cfg = TrainConfig(max_tokens=600, seed=3, pad_multiple=8)
+    cfg = RunConfig(train=TrainConfig(max_tokens=600, seed=3, pad_multiple=8))
     padded = BatchStream.training(Pairs.from_ids(src, tgt), cfg, torch.device("cpu"))  # as mt train makes it
     (ones, _, _), (eights, _, _) = (stream.take(0, 0, 12) for stream in (plain, padded))
     shapes = {(b.src.size(1), b.tgt_in.size(1)) for b in ones}
@@ -176,6 +176,8 @@ def test_a_stream_padded_to_a_multiple_holds_the_same_pairs_in_fewer_shapes(toy,
             assert b.size(0) == a.size(0) and b.size(1) % 8 == 0 and 0 <= b.size(1) - a.size(1) < 8, key
             assert torch.equal(b[:, : a.size(1)], a) and not b[:, a.size(1) :].any(), key  # PAD is 0
         assert eight.ntokens == one.ntokens
+    capped = widened(ones[0], 8, most=ones[0].src.size(1) + 1)  # never past model.max_positions
+    assert capped.src.size(1) == min(ones[0].src.size(1) + 1, -(-ones[0].src.size(1) // 8) * 8)
 
 
 def test_fill_ratio_counts_the_padded_batches(toy, tokenizer):

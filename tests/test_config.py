@@ -126,17 +126,6 @@ def test_cross_field_check(tmp_path):
         load_config(write(tmp_path, "model:\n  d_model: 100\n  n_heads: 3\n"))
 
 
-def test_a_pad_multiple_past_the_positions_is_refused(tmp_path):
-    config = "data:\n  max_len: 100\nmodel:\n  max_positions: 102\ntrain:\n  pad_multiple: 8\n"
-    message = (
-        r"train.pad_multiple \(8\) pads data.max_len \(100\) \+ 1 past model.max_positions \(102\); use a "
-        r"smaller multiple or more positions"
-    )
-    with pytest.raises(ConfigError, match=message):
-        load_config(write(tmp_path, config))
-    assert load_config(write(tmp_path, config.replace("8", "2"))).train.pad_multiple == 2
-
-
 def test_not_a_mapping_and_not_yaml(tmp_path):
     with pytest.raises(ConfigError, match="expected a YAML mapping of sections, got list"):
         load_config(write(tmp_path, "- a\n- b\n"))

@@ -11,6 +11,7 @@ import mt.training.step
 from mt.batching import Pairs, make_batch
 from mt.config import ModelConfig, TrainConfig
 from mt.model import Seq2Seq
+from mt.training.epochs import widened
 from mt.training.step import batch_loss, inverse_sqrt_lr, learning_rate, train_step
 
 
@@ -70,7 +71,7 @@ def test_padding_a_batch_to_a_multiple_changes_no_update():
     model, pairs = _model_and_batches()
     twin = copy.deepcopy(model)
     plain = Pairs.from_ids(*zip(*pairs)).batch(torch.arange(len(pairs)))
-    padded = Pairs.from_ids(*zip(*pairs)).batch(torch.arange(len(pairs)), multiple=8)
+    padded = widened(plain, 8, most=512)
     assert padded.src.size(1) == padded.tgt_in.size(1) == 8 > plain.src.size(1)
     cfg = TrainConfig(label_smoothing=0.1, clip_norm=1.0)
     one = train_step(model, torch.optim.SGD(model.parameters()), [plain], cfg, lr=1.0)

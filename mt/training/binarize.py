@@ -202,7 +202,7 @@ class EncodeSettings:
 
 
 @dataclass
-class Worker:
+class ChunkEncoder:
     """What a process that encodes chunks holds, made once from its EncodeSettings."""
 
     names: list
@@ -212,7 +212,7 @@ class Worker:
     codes: list[str]  # array typecodes of source ids, target ids, source lengths, target lengths
 
 
-_worker: Worker | None = None  # this process's, set by `_start_worker`
+_worker: ChunkEncoder | None = None  # this process's, set by `_start_worker`
 
 
 def _start_worker(settings: EncodeSettings) -> None:
@@ -223,7 +223,7 @@ def _start_worker(settings: EncodeSettings) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     s = settings
     codes = [TYPECODE[t] for t in (s.ids_type, s.ids_type, s.len_type, s.len_type)]
-    _worker = Worker(s.names, Tokenizer(s.proto), Cleaner(s.cfg), s.dropout, codes)
+    _worker = ChunkEncoder(s.names, Tokenizer(s.proto), Cleaner(s.cfg), s.dropout, codes)
 
 
 def _encode_chunk(number: int, raw: tuple[int, list]) -> Encoded:

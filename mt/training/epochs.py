@@ -15,10 +15,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from mt.batching import Batch, LengthIndex, Pairs
-from mt.config import TrainConfig
+from mt.config import PAD, RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,28 @@ def fill_ratio(plan: EpochPlan) -> float:
     return real / padded
 
 
+def widened(batch: Batch, multiple: int, most: int) -> Batch:
+    """`batch` with PAD columns (masks False) added to each side up to a multiple of `multiple`, never
+    past `most` positions (train.pad_multiple, model.max_positions): the same pairs in fewer shapes."""
+    if multiple == 1:
+        return batch
+    src_grow, tgt_grow = (
+        max(min(-(-n // multiple) * multiple, most), n) - n for n in (batch.src.size(1), batch.tgt_in.size(1))
+    )
+
+    def grown(t: Tensor, by: int) -> Tensor:  # (B, L) -> (B, L + by): ids with PAD, masks with False
+        return F.pad(t, (0, by), value=False if t.dtype == torch.bool else PAD)
+
+    return Batch(
+        grown(batch.src, src_grow),
+        grown(batch.src_mask, src_grow),
+        grown(batch.tgt_in, tgt_grow),
+        grown(batch.tgt_out, tgt_grow),
+        grown(batch.tgt_mask, tgt_grow),
+        batch.ntokens,
+    )
+
+
 class BatchStream:
     """The training batches, epoch after epoch, each epoch in its seeded order. A position is
     (epoch from 1, batches of that epoch already taken), all a checkpoint needs to resume the stream.
@@ -99,18 +122,20 @@ class BatchStream:
         max_tokens: int,
         seed: int,
         pin_memory: bool = False,
-        pad_multiple: int = 1,
+        pad_to: tuple[int, int] = (1, 1 << 30),
     ):
         self.views = corpus if isinstance(corpus, list) else [corpus]
-        self.max_tokens, self.seed, self.pin, self.pad_multiple = max_tokens, seed, pin_memory, pad_multiple
+        self.max_tokens, self.seed, self.pin = max_tokens, seed, pin_memory
+        self.pad_to = pad_to  # (multiple, most positions): train.pad_multiple, model.max_positions
         self.plans: dict[int, EpochPlan] = {}
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="mt-batches")
         self.ahead: tuple[tuple[int, int, int], Future] | None = None
 
     @classmethod
-    def training(cls, corpus: Pairs | list[Pairs], cfg: TrainConfig, device: torch.device) -> BatchStream:
+    def training(cls, corpus: Pairs | list[Pairs], cfg: RunConfig, device: torch.device) -> BatchStream:
         """The stream `mt train` reads: cfg's budget, seed and padding; batches pinned for a GPU."""
-        return cls(corpus, cfg.max_tokens, cfg.seed, device.type == "cuda", cfg.pad_multiple)
+        pad_to = (cfg.train.pad_multiple, cfg.model.max_positions)
+        return cls(corpus, cfg.train.max_tokens, cfg.train.seed, device.type == "cuda", pad_to)
 
     def plan(self, epoch: int) -> EpochPlan:
         if epoch not in self.plans:
@@ -142,9 +167,8 @@ class BatchStream:
             epoch, index = epoch + 1, 0
         plan = self.plan(epoch)
         corpus = self.corpus(epoch)
-        batches = [
-            corpus.batch(plan.rows(j), self.pad_multiple) for j in range(index, min(index + n, len(plan)))
-        ]
+        rows = [plan.rows(j) for j in range(index, min(index + n, len(plan)))]
+        batches = [widened(corpus.batch(r), *self.pad_to) for r in rows]
         return [b.pin_memory() for b in batches] if self.pin else batches, epoch, index + len(batches)
 
     def take(self, epoch: int, index: int, n: int) -> tuple[list[Batch], int, int]:

@@ -164,7 +164,7 @@ def setup(
         optimizer=optimizer,
         scaler=scaler,
         progress=progress,
-        stream=BatchStream.training(train_pairs, cfg.train, device),
+        stream=BatchStream.training(train_pairs, cfg, device),
         val=val,
         metrics=metrics,
         cleaning=cleaning,
