@@ -19,7 +19,7 @@
 # ..." cuts every training short and BENCH="..." replaces the bench's options, to try the plumbing on a
 # CPU; PY names the Python that has torch.
 set -u
-mode=${1:?first or wait}
+mode=${1:?first, bit or wait}
 arg=${2:?seeds or seconds}
 export PYTHONPATH=$PWD MT_DATA_DIR=$PWD/gpu_carry/data MT_CACHE_DIR=$PWD/gpu_carry/binarized PYTHONUNBUFFERED=1
 PY=${PY:-python3}
@@ -154,6 +154,6 @@ case $mode in
 first) first ;;
 bit) fake_venv && bit_pipelines "$arg" | start ;;
 wait) wait_seeds ;;
-*) echo "first or wait" >&2 && exit 2 ;;
+*) echo "first, bit or wait" >&2 && exit 2 ;;
 esac
 pack
