@@ -9,7 +9,7 @@ import dataclasses
 import difflib
 
 from mt import __version__
-from mt.decode_config import QUANTIZATIONS, TUNE_BEAMS, TUNE_LENGTH_PENALTIES, DecodeConfig
+from mt.decode_config import QUANTIZATIONS, DecodeConfig
 from mt.plumbing.schema import fields_of
 from mt.serving.limits import ServeLimits
 
@@ -184,25 +184,25 @@ def _distill_options(p: argparse.ArgumentParser) -> None:
 
 def _tune_options(p: argparse.ArgumentParser) -> None:
     _run_options(p, decoding=())
-    p.add_argument("--beams", type=_at_least(1), nargs="+", default=list(TUNE_BEAMS), help="beam sizes tried")
+    grid = "mt.training.tuning.Grid's"  # the one table of what is tried; imported by the command alone
+    p.add_argument("--beams", type=_at_least(1), nargs="+", help=f"beam sizes tried (default: {grid})")
     p.add_argument(
         "--length-penalties",
         type=_at_least(0.0, float),
         nargs="+",
-        default=list(TUNE_LENGTH_PENALTIES),
-        help="GNMT alphas tried with each beam above 1",
+        help=f"GNMT alphas tried with each beam above 1 (default: {grid})",
     )
     p.add_argument(
         "--mbr",
         action="store_true",
-        help="also try MBR (chrF, BLEU) over beam 5's hypotheses, alone and with 8 or 16 samples",
+        help="also try MBR (chrF, BLEU) over the largest beam's hypotheses, alone and with samples",
     )
     p.add_argument(
         "--rerank",
         default="",
         metavar="RUN[,RUN]",
-        help="also try reranking beam 5's and beam 10's hypotheses by this reverse run (tgt->src) at several "
-        "weights",
+        help="also try reranking the largest beam's hypotheses, and twice that beam's, by this reverse run "
+        "(tgt->src) at several weights",
     )
 
 

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mt.config import BOS, EOS, PAD
+from mt.plumbing.seeds import derived_seed
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +256,7 @@ class LengthIndex:
         parts = []
         for g in range(g0, g1 + 1):
             a, z = int(self.starts[g]), int(self.starts[g + 1])
-            draw = torch.Generator().manual_seed((seed * 1_000_003 + g) % 2**63)
+            draw = torch.Generator().manual_seed(derived_seed(seed, g))
             ties = torch.randperm(z - a, generator=draw)[max(first, a) - a : min(end, z) - a]
             parts.append(self.order[a + ties])
         return torch.cat(parts).long()

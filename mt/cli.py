@@ -17,9 +17,10 @@ from pathlib import Path
 
 from mt.arguments import build_parser, one_line, parse
 from mt.config import load_config
-from mt.decode_config import COMMAND_LINE, DecodeConfig
+from mt.decode_config import DecodeConfig
 from mt.plumbing.errors import ConfigError, DataError, RunDirError, UserError
 from mt.plumbing.files import write_stdout, write_text
+from mt.plumbing.spelling import COMMAND_LINE
 from mt.run.names import chooser_text
 from mt.serving.limits import ServeLimits
 
@@ -249,13 +250,12 @@ def cmd_distill(args: argparse.Namespace) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
-    from mt.rerank import choices
-    from mt.training.tuning import make_grid, tune
+    from mt.training.tuning import Grid, tune
 
     _setup_logging()
-    grid = make_grid(args.beams, args.length_penalties)
-    more = choices(args.mbr, args.rerank, args.run) if args.mbr or args.rerank else None
-    tuning = tune(args.run, args.checkpoint, args.device, grid, more)
+    given = {"beams": args.beams, "length_penalties": args.length_penalties}
+    grid = Grid(**{k: tuple(v) for k, v in given.items() if v}, mbr=args.mbr, rerank=args.rerank)
+    tuning = tune(args.run, args.checkpoint, args.device, grid)
     _print_tuning(args.run, tuning)
 
 

@@ -16,11 +16,12 @@ from typing import Any
 import yaml
 
 from mt.decode_config import DecodeConfig, decoding
-from mt.metrics import BEST_METRICS, BLEU_TOKENIZERS, PRIMARY, bleu_tokenizer
-from mt.plumbing.config_yaml import apply_overrides, read_with_bases, read_yaml
+from mt.metrics import BEST_METRICS, PRIMARY
+from mt.plumbing.config_yaml import ALIASES, apply_overrides, read_with_bases, read_yaml
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.files import write_text
 from mt.plumbing.schema import Mismatch, build, choice, within
+from mt.plumbing.script import BLEU_TOKENIZERS, bleu_tokenizer
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ FREEZABLE = ("embeddings", "encoder", "decoder")  # train.freeze's parts (Seq2Se
 @dataclass(frozen=True)
 class EvalConfig:
     # BLEU's tokenizer; auto: sacreBLEU's choice for data.tgt_lang (zh: zh, ja: ja-mecab, ko: ko-mecab,
-    # others 13a); where mecab is not installed char for ja, 13a for ko (mt.metrics.bleu_tokenizer)
+    # others 13a); where mecab is not installed char for ja, 13a for ko (mt.plumbing.script.bleu_tokenizer)
     bleu_tokenize: str = choice("auto", "auto", *BLEU_TOKENIZERS)
 
 
@@ -182,26 +183,6 @@ class RunConfig:
     def bleu_tokenize(self) -> str:
         """BLEU's tokenizer for this run's target language: eval.bleu_tokenize, auto resolved."""
         return bleu_tokenizer(self.eval.bleu_tokenize, self.data.tgt_lang)
-
-
-# What users of JoeyNMT and fairseq call some of our keys: "did you mean" hints for them.
-ALIASES = {
-    "learning_rate": "lr",
-    "lr_warmup": "warmup_steps",
-    "warmup": "warmup_steps",
-    "batch_size": "max_tokens",
-    "max_update": "max_steps",
-    "beam_size": "beam",
-    "nbest": "n_best",
-    "num_layers": "layers",
-    "hidden_size": "d_model",
-    "embedding_dim": "d_model",
-    "num_heads": "n_heads",
-    "ff_size": "d_ff",
-    "lenpen": "length_penalty",
-    "alpha": "length_penalty",
-    "update_freq": "accumulate",
-}
 
 
 def _typed(raw: Any) -> RunConfig:
@@ -308,26 +289,9 @@ def read_saved_config(path: str | Path) -> RunConfig:
         raise ConfigError(f"{path}: {e}") from None
 
 
-def base_config(cfg: RunConfig) -> RunConfig:
-    """What `cfg` departs from: its `base:` config, else mt's defaults."""
-    return load_config(cfg.base) if cfg.base else RunConfig()
-
-
 def config_to_dict(cfg: RunConfig) -> dict:
     return dataclasses.asdict(cfg)
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
     write_text(path, yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-
-
-def resumable_keys(cls: type = None, prefix: str = "") -> tuple[str, ...]:
-    """The keys (train.max_steps, decode, ...) whose fields are marked RESUMABLE: what a resumed run,
-    or a checkpoint averaged with another of its run, may differ in."""
-    keys = []
-    for f in dataclasses.fields(cls or RunConfig):
-        if f.metadata.get("resumable"):
-            keys.append(prefix + f.name)
-        elif dataclasses.is_dataclass(f.default):  # a section: its own fields
-            keys += resumable_keys(type(f.default), f"{f.name}.")
-    return tuple(keys)

@@ -7,7 +7,6 @@ file. Batches are mt.batching's; the binarized training corpus, mt.training.corp
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import logging
 import os
@@ -160,18 +159,6 @@ def count_lines(source: TextSource) -> int:
         except (OSError, EOFError, zlib.error) as e:
             raise read_failure(source, e) from None
     return n + (last != b"\n")
-
-
-def source_identity(source: TextSource) -> list:
-    """What says a source changed: a file's path, size and modification time; a list's content hash."""
-    if isinstance(source, Path):
-        stat = source.stat()
-        return [str(source.resolve()), stat.st_size, stat.st_mtime_ns]
-    return ["lines", hashlib.sha256("\n".join(source).encode()).hexdigest()]
-
-
-def source_lines(source: TextSource) -> Iterator[str]:
-    return iter_lines(source) if isinstance(source, Path) else iter(source)
 
 
 def empty_file(path: TextSource) -> DataError:

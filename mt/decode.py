@@ -16,6 +16,7 @@ from mt.config import BOS, EOS, PAD
 from mt.decode_config import DecodeConfig
 from mt.ensemble import Ensemble
 from mt.model import Seq2Seq
+from mt.plumbing.seeds import derived_seed
 
 
 @dataclass
@@ -344,7 +345,7 @@ def search(
     `seeds`), else by beam search, all within cfg's length limit; each starting with its forced
     `prefix` (B, P) where one is given."""
     if cfg.beam == 1:
-        seeds = seeds if seeds is not None else [cfg.seed + i for i in range(src.size(0))]
+        seeds = seeds if seeds is not None else [derived_seed(cfg.seed, i) for i in range(src.size(0))]
         choose = Sampler(cfg.sample, cfg.temperature, seeds) if cfg.sample else argmax
         return [[h] for h in greedy_decode(model, src, src_mask, cfg, use_cache, prefix, choose)]
     return beam_search(model, src, src_mask, cfg, use_cache, prefix)

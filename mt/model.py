@@ -18,35 +18,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mt.config import ModelConfig
+from mt.devices import Dropout, attend, causal_flag, in_autocast_dtype
 from mt.kv_cache import KVCache
 from mt.output_pieces import OutputPieces
-
-
-class Dropout(nn.Module):
-    """Inverted dropout with a cheaper mask than `nn.Dropout`.
-
-    torch's CPU generator makes one call per element, which made dropout a quarter of a training
-    step. Here each 64-bit random draw gives three 16-bit uniforms (its top 16 bits are not uniform:
-    `random_` stays below 2**63), so p is rounded to a multiple of 1/65536.
-    """
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        # CUDA's generator is fast and its dropout kernel fused; under torch.compile the mask's random numbers
-        # are made inside the fused kernel, where the in-place random_ below would break the graph at every
-        # dropout. The trick below is for eager CPUs.
-        if x.is_cuda or torch.compiler.is_compiling():
-            return F.dropout(x, self.p, training=True)
-        n = x.numel()
-        words = torch.empty((n + 2) // 3, dtype=torch.int64, device=x.device).random_()  # (n/3,)
-        uniform16 = words.view(torch.int16).view(-1, 4)[:, :3].flatten()[:n].view_as(x)  # little-endian
-        scaled_keep = (uniform16 >= round(self.p * 65536) - 32768).to(x.dtype).mul_(1.0 / (1.0 - self.p))
-        return x * scaled_keep
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
@@ -66,35 +40,6 @@ def decoder_self_mask(T: int, tgt_mask: Tensor | None, device: torch.device | st
     if tgt_mask is not None:
         mask = mask & tgt_mask[:, None, None, :]  # (B, 1, T, T)
     return mask
-
-
-def in_autocast_dtype(x: Tensor) -> Tensor:
-    """x in autocast's dtype where autocast is on, so that the layers reading it (every decoder layer's
-    kv_proj reads the memory) share one cast instead of making one each; else x as it is."""
-    if torch.is_autocast_enabled(x.device.type):
-        return x.to(torch.get_autocast_dtype(x.device.type))
-    return x
-
-
-def causal_flag(tgt_in: Tensor) -> bool:
-    """Whether decoder self-attention uses SDPA's is_causal instead of a (B, 1, T, T) mask: on CUDA,
-    where it selects the flash kernel. CPUs keep the explicit mask (and the numerics measured with it)."""
-    return tgt_in.is_cuda
-
-
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, causal: bool) -> Tensor:
-    """`F.scaled_dot_product_attention`: q (B, H, T, Dh) attends to k, v (B, H, L, Dh) -> (B, H, T, Dh).
-
-    Under a CPU's bf16 autocast it runs in fp32: torch's bf16 attention kernel for CPUs took 4.0-4.7x
-    its fp32 kernel's time at this model's shapes (forward and backward), a third of a bf16 update on an
-    AMX Xeon, where casting q, k and v up costs far less (docs/cpu-speed, issue 83)."""
-    if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-        with torch.autocast("cpu", enabled=False):
-            q, k, v = q.float(), k.float(), v.float()
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal
-            )
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
 
 
 class Attention(nn.Module):

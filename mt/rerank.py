@@ -20,26 +20,22 @@ decode.seed and the line alone, as `--sample` draws are).
   twice (on Multi30k val it made every weight translate longer than the beam at the same length
   penalty: docs/decoding-choices).
 
-`mt tune --mbr --rerank RUN` chooses among plain beam search, MBR and reranking on val (`choices`).
+The pools and the choice need only the core and `mt score`'s scoring: `mt tune --mbr --rerank RUN`
+(mt.training.tuning) chooses among them on val, and decode.rerank's runs are opened where runs are
+(mt.run.folder.open_reverse).
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable
 
 import torch
 
-from mt.config import RunConfig
 from mt.decode import length_penalty
-from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, DecodeConfig, reverse_runs
-from mt.metrics import best_of
+from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
-from mt.plumbing.errors import RunDirError
-from mt.run.folder import load_run, run_config, stored_runs
 from mt.score import score_pairs
 from mt.tokenizer import Tokenizer
 from mt.translate import Engine, as_written, search_lines
@@ -233,8 +229,9 @@ def choose(
 
 
 def chosen_search(nbest: bool, reverse: Reverse, tokenize: str) -> Callable:
-    """A search with translate_nbest's arguments and answers (`nbest`), or translate_lines', that
-    chooses each line's translation among its pool (decode.mbr, decode.rerank)."""
+    """A search with translate_lines' arguments that chooses each line's translation among its pool
+    (decode.mbr, decode.rerank), answering as translate_nbest does where `nbest`, else as
+    translate_lines."""
 
     def search(searcher, tokenizer, lines, decode, max_source=None, prefixes=None):
         pool = candidate_pool(searcher, tokenizer, lines, decode, max_source, prefixes)
@@ -242,109 +239,3 @@ def chosen_search(nbest: bool, reverse: Reverse, tokenize: str) -> Callable:
         return found if nbest else [line[0][0] for line in found]
 
     return search
-
-
-def open_reverse(rerank: str, cfg: RunConfig, device: torch.device) -> Reverse:
-    """decode.rerank's runs opened at best.pt: each must translate cfg's target language into its
-    source, or learn both directions (data.both_directions: `make bit`'s first stage reranks its own
-    child at no extra training)."""
-    reverse = []
-    for run in reverse_runs(rerank):
-        if not Path(run).is_dir():
-            raise RunDirError(
-                f'rerank {run}: run directory not found; give the reverse run\'s folder, or rerank "" '
-                f"(--rerank '') to translate without reranking"
-            )
-        theirs, tokenizer, model = load_run(run)
-        wanted = (cfg.data.tgt_lang, cfg.data.src_lang)
-        languages = (theirs.data.src_lang, theirs.data.tgt_lang)
-        if languages != wanted and not (theirs.data.both_directions and languages == wanted[::-1]):
-            arrow = "<->" if theirs.data.both_directions else "->"
-            raise RunDirError(
-                f"rerank {run}: it translates {arrow.join(languages)}; reranking needs a run that "
-                f"translates {'->'.join(wanted)} (or both ways: data.both_directions)"
-            )
-        reverse.append((tokenizer, model.to(device)))
-    return reverse
-
-
-# `mt tune --mbr --rerank RUN`'s grid: MBR over a beam-5 pool, alone and with the first 8 and all 16 of 16
-# draws; reranking over beam 5's and beam 10's pools, at each reverse weight with each length penalty.
-# Each pool is searched once (a beam of 10 cost about 2x beam 5's time and scoring twice the pairs).
-POOL_BEAM = max(TUNE_BEAMS)
-RERANK_BEAMS = (POOL_BEAM, 2 * POOL_BEAM)
-TUNE_SAMPLES = (0, 8, 16)
-TUNE_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
-
-
-Found = list[tuple[DecodeConfig, list[str], float]]  # (a setting, val's 1-best under it, its seconds)
-
-
-def choices(mbr: bool, rerank: str, run: str | Path) -> Callable:
-    """`mt tune`'s `more` (mt.training.tuning.tune) for `run`: MBR with each utility over each pool where
-    `mbr`, reranking by the `rerank` runs at each weight and length penalty over each of RERANK_BEAMS'
-    pools where given; each pool of val searched once, at the grid's best length penalty for beam 5.
-    The reverse runs are opened here, before any decoding, so that a mistake in one costs no grid; the
-    card stores them relative to `run` (`stored_runs`), so the tuned run opens from any folder."""
-    reverse = open_reverse(rerank, run_config(run), torch.device("cpu")) if rerank else []
-    stored = stored_runs(rerank, run)
-
-    def more(
-        model: Seq2Seq, tokenizer: Tokenizer, cfg: RunConfig, src: list[str], tried: list[dict]
-    ) -> Found:
-        rows = [t for t in tried if t["beam"] == POOL_BEAM]
-        alpha = best_of(rows)[0]["length_penalty"] if rows else cfg.decode.length_penalty
-        device, found = next(model.parameters()).device, []
-        for beam in RERANK_BEAMS if rerank else (POOL_BEAM,):
-            base = replace(cfg.decode, beam=beam, length_penalty=alpha, n_best=1)
-            start = time.perf_counter()
-            beamed = beam_pool(model, tokenizer, src, base, cfg.data.max_len)
-            searched = (beamed, time.perf_counter() - start)
-            found += (
-                mbr_choices(model, tokenizer, cfg, src, base, searched) if mbr and beam == POOL_BEAM else []
-            )
-            if rerank:
-                moved = [(t, m.to(device)) for t, m in reverse]
-                found += rerank_choices(stored, moved, src, base, searched)
-        return found
-
-    return more
-
-
-def mbr_choices(
-    model, tokenizer, cfg: RunConfig, src: list[str], base: DecodeConfig, searched: tuple
-) -> Found:
-    """MBR over the beam's pool (`searched`: it and its seconds) with the first k of 16 draws added,
-    for each k of TUNE_SAMPLES and each utility."""
-    beamed, beam_s = searched
-    draws = max(TUNE_SAMPLES)
-    start = time.perf_counter()
-    drawn = sample_pool(model, tokenizer, src, replace(base, mbr_samples=draws), cfg.data.max_len)
-    draw_s = time.perf_counter() - start
-    found = []
-    for samples in TUNE_SAMPLES:
-        pool = [b + d[:samples] for b, d in zip(beamed, drawn)]
-        for utility in ("chrf", "bleu"):
-            decode = replace(base, mbr=utility, mbr_samples=samples)
-            start = time.perf_counter()
-            hyps = [n[0][0] for n in choose(pool, src, decode, [], cfg.bleu_tokenize)]
-            found.append((decode, hyps, beam_s + draw_s * samples / draws + time.perf_counter() - start))
-    return found
-
-
-def rerank_choices(
-    stored: str, reverse: Reverse, src: list[str], base: DecodeConfig, searched: tuple
-) -> Found:
-    """Reranking of the beam's pool by the `reverse` runs (`stored`: decode.rerank as the card keeps
-    it), at each weight and length penalty: the reverse runs score the pool once."""
-    beamed, beam_s = searched
-    start = time.perf_counter()
-    backward = reverse_logprobs(reverse, beamed, src, base)
-    seconds = beam_s + time.perf_counter() - start
-    found = []
-    for weight in TUNE_WEIGHTS:
-        for alpha in TUNE_LENGTH_PENALTIES:
-            decode = replace(base, rerank=stored, rerank_weight=weight, length_penalty=alpha)
-            hyps = [n[0][0] for n in ranked(beamed, channel_scores(beamed, backward, weight, alpha), 1)]
-            found.append((decode, hyps, seconds))
-    return found

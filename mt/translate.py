@@ -21,6 +21,7 @@ from mt.data import normalize
 from mt.decode import Ensemble, Hypothesis, search
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
+from mt.plumbing.seeds import derived_seed
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -136,9 +137,8 @@ def _by_line(found: list[list[Hypothesis]], owner: list[int], lines: int) -> lis
 
 def _sampling_seeds(seed: int, owner: list[int], part_no: list[int], draw: int) -> list[int]:
     """Each part's sampling seed: by line, part and draw, never by batch (draw 0 is what n_best 1
-    draws). torch's CPU generator keeps a seed's low 32 bits: draw k moves them by k * (2**31 - 1), far
-    from any other line's."""
-    return [(seed * 1_000_003 + i) * 101 + n + draw * (2**31 - 1) for i, n in zip(owner, part_no)]
+    draws)."""
+    return [derived_seed(seed, i, n, draw) for i, n in zip(owner, part_no)]
 
 
 def _draws(model, tokenizer, lines, cfg, *args) -> list[list[Hypothesis]]:

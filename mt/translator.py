@@ -40,15 +40,16 @@ from mt.config import RunConfig, config_to_dict
 from mt.ct2.engine import Ct2Model, engine_for
 from mt.ct2.export import export_model
 from mt.decode import Ensemble
-from mt.decode_config import KEYWORD, DecodeConfig, Spelling, decoding
+from mt.decode_config import DecodeConfig, decoding
 from mt.devices import resolve_device
 from mt.hf.card import export_run
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.plumbing.files import file_sha256
-from mt.rerank import Reverse, chosen_search, open_reverse
-from mt.run.folder import checkpoint_path, load_run
+from mt.plumbing.spelling import KEYWORD, Spelling
+from mt.rerank import Reverse, chosen_search
+from mt.run.folder import checkpoint_path, load_run, open_reverse
 from mt.score import Scored, score_lines
 from mt.sentences import join_lines, join_texts, sentences_of, splitter
 from mt.tokenizer import Tokenizer
@@ -156,7 +157,7 @@ class Translator:
         decode = self.options(**options)
         lines, prefixes = self._lines_and_prefixes(lines, prefixes)
         with self.lock:
-            return self._by_sentence(translate_lines, lines, prefixes, decode, join_texts)
+            return self._by_sentence(False, lines, prefixes, decode)
 
     def nbest(
         self, lines: list[str], prefixes: list[str] | None = None, **options: Any
@@ -167,7 +168,7 @@ class Translator:
         decode = self.options(**options)
         lines, prefixes = self._lines_and_prefixes(lines, prefixes)
         with self.lock:
-            return self._by_sentence(translate_nbest, lines, prefixes, decode, join_best)
+            return self._by_sentence(True, lines, prefixes, decode)
 
     def _lines_and_prefixes(self, lines: Any, prefixes: Any) -> tuple[list[str], list[str] | None]:
         """translate's and nbest's arguments checked (`as_lines`), one prefix per line ("" for none):
@@ -177,11 +178,13 @@ class Translator:
         one_per_line("prefixes", prefixes, lines, ' ("" for none)')
         return lines, prefixes
 
-    def _by_sentence(self, search, lines: list[str], prefixes: list[str] | None, decode: DecodeConfig, join):
-        """search(...) over the lines, or with decode.split_sentences over their sentences, joined;
-        with decode.mbr or decode.rerank a line's translation is chosen among its candidates (mt.rerank)."""
+    def _by_sentence(self, nbest: bool, lines: list[str], prefixes: list[str] | None, decode: DecodeConfig):
+        """Each line's translation (`nbest`: its n-best) searched over the lines, or with
+        decode.split_sentences over their sentences, joined; with decode.mbr or decode.rerank a line's
+        translation is chosen among its candidates (mt.rerank)."""
+        search, join = (translate_nbest, join_best) if nbest else (translate_lines, join_texts)
         if decode.mbr or decode.rerank:
-            search = chosen_search(search is translate_nbest, self.reverse, self.config.bleu_tokenize)
+            search = chosen_search(nbest, self.reverse, self.config.bleu_tokenize)
         if not decode.split_sentences:
             return search(self.searcher, self.tokenizer, lines, decode, self.max_source, prefixes)
         split = splitter(self.spelling.name("split_sentences"))

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from mt.arguments import decoding_options
 from mt.data import load_split
-from mt.decode_config import COMMAND_LINE, DecodeConfig
+from mt.decode_config import DecodeConfig
 from mt.metrics import corpus_scores
+from mt.plumbing.spelling import COMMAND_LINE
 
 if TYPE_CHECKING:
     import torch

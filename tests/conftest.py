@@ -25,7 +25,7 @@ from mt.model import Seq2Seq
 from mt.run.folder import load_run
 from mt.serving.limits import ServeLimits
 from mt.serving.worker import Worker
-from mt.tokenizer import train_tokenizer
+from mt.training.bpe import train_tokenizer
 from mt.training.epochs import BatchStream
 from mt.training.step import inverse_sqrt_lr, train_step
 from mt.training.train import train

@@ -42,14 +42,16 @@ def reference_batches(src_lens, tgt_lens, max_tokens, ties=None):
 def reference_epoch_rows(src_lens, tgt_lens, max_tokens, seed, epoch):
     """An epoch's batches as the planner's rule states them, built pair by pair: the pairs of each
     group of equal lengths (numbered g in length order) in the order torch.randperm draws from seed
-    (seed * 100_003 + epoch) * 1_000_003 + g; cut greedily; the batches in the order randperm draws
-    from seed * 100_003 + epoch."""
-    draw = seed * 100_003 + epoch
+    (seed * 1_000_003 + epoch) * 1_000_003 + g (mt.plumbing.seeds' rule, written out); cut greedily;
+    the batches in the order randperm draws from seed * 1_000_003 + epoch."""
+    draw = seed * 1_000_003 + epoch
     keys = sorted({(max(s, t), s, t) for s, t in zip(src_lens, tgt_lens)})
     ties = [0] * len(src_lens)
     for g, key in enumerate(keys):
         members = [i for i, (s, t) in enumerate(zip(src_lens, tgt_lens)) if (max(s, t), s, t) == key]
-        shuffled = torch.randperm(len(members), generator=torch.Generator().manual_seed(draw * 1_000_003 + g))
+        shuffled = torch.randperm(
+            len(members), generator=torch.Generator().manual_seed((draw * 1_000_003 + g) % 2**63)
+        )
         for rank, member in enumerate(shuffled.tolist()):
             ties[members[member]] = rank
     batches = reference_batches([s + 1 for s in src_lens], [t + 1 for t in tgt_lens], max_tokens, ties)

@@ -29,7 +29,7 @@ from mt.run.card import read_card  # noqa: E402
 from mt.serving.app import create_app, server_info  # noqa: E402
 from mt.serving.limits import ServeLimits  # noqa: E402
 from mt.serving.worker import Worker  # noqa: E402
-from mt.training.tuning import make_grid, tune  # noqa: E402
+from mt.training.tuning import Grid, tune  # noqa: E402
 from mt.translator import Translator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def served_run(fluent, tmp_path_factory) -> Path:
         return Path(os.environ["MT_SERVE_RUN"])
     run = tmp_path_factory.mktemp("browser") / "run"
     shutil.copytree(fluent, run)
-    tune(run, device="cpu", grid=make_grid((2,), (1.5,)))
+    tune(run, device="cpu", grid=Grid((2,), (1.5,)))
     return run
 
 

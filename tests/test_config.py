@@ -8,7 +8,6 @@ from conftest import run_main
 
 from mt.config import (
     RunConfig,
-    base_config,
     config_from_dict,
     config_to_dict,
     load_config,
@@ -17,6 +16,7 @@ from mt.config import (
 from mt.plumbing.config_yaml import config_differences
 from mt.plumbing.errors import ConfigError
 from mt.run.parent import HOW_BPE_CHOSE, TRAINING_ONLY, mismatches
+from mt.run.provenance import base_config
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 # the recipes, and under experiments/ the configs that reproduce a document
@@ -182,7 +182,8 @@ def test_cuda_only_precisions_are_refused_on_cpu(tmp_path, precision):
 def test_one_path_from_user_options_to_a_checked_decode_config():
     """CLI flags, request options and a config file meet DecodeConfig in `decoding`: values are checked
     as config values, n_best <= beam, and every error is in the user's own spelling, naming the key."""
-    from mt.decode_config import COMMAND_LINE, REQUEST, DecodeConfig, decoding
+    from mt.decode_config import DecodeConfig, decoding
+    from mt.plumbing.spelling import COMMAND_LINE, REQUEST
 
     run = DecodeConfig(beam=4, length_penalty=0.6)
     assert decoding(run, {"beam": None, "n_best": 2, "batch_tokens": 999}, COMMAND_LINE) == DecodeConfig(

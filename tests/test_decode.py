@@ -16,10 +16,11 @@ from conftest import TEXT_MODEL
 from mt.batching import source_batch
 from mt.config import BOS, EOS
 from mt.decode import Ensemble, Hypothesis, Sampler, beam_search, greedy_decode, length_penalty
-from mt.decode_config import COMMAND_LINE, REQUEST, DecodeConfig, decoding
+from mt.decode_config import DecodeConfig, decoding
 from mt.kv_cache import KVCache
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
+from mt.plumbing.spelling import COMMAND_LINE, REQUEST
 from mt.translate import search_lines
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from mt import decode_config
 from mt.decode_config import DecodeConfig, decoding
 from mt.plumbing.errors import ConfigError
+from mt.plumbing.spelling import COMMAND_LINE, KEYWORD, REQUEST
 from mt.run import names
 from mt.run.names import UNNAMED, evaluation_name
 
@@ -145,7 +146,7 @@ def test_two_evaluations_that_may_differ_never_share_a_name(a, b):
 def test_one_spelling_a_command_a_request_and_a_keyword():
     """The same bad option, worded in each user's terms."""
     lines = []
-    for spelling in (decode_config.COMMAND_LINE, decode_config.REQUEST, decode_config.KEYWORD):
+    for spelling in (COMMAND_LINE, REQUEST, KEYWORD):
         with pytest.raises(ConfigError) as e:
             decoding(DecodeConfig(), {"beam": 2, "n_best": 3}, spelling)
         lines.append(str(e.value))

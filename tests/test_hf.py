@@ -22,7 +22,7 @@ from mt.hf.generation import HF_PENALTIES, caveats, decode_fields, generation_co
 from mt.model import sinusoidal_positions
 from mt.plumbing.engine_fields import Approximated, Carried, Unsupported
 from mt.training.train import train
-from mt.training.tuning import make_grid, tune
+from mt.training.tuning import Grid, tune
 from mt.translate import search_lines
 from mt.translator import Translator
 
@@ -195,7 +195,7 @@ def tuned_export(tiny, tmp_path_factory):
     """(run, export folder) of a toy run tuned to beam 3, length penalty 1.5 before its export."""
     run = tmp_path_factory.mktemp("hf-tuned") / "run"
     train(load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=30", "train.lr=5e-3"]), run)
-    tune(run, device="cpu", grid=make_grid((3,), (1.5,)))
+    tune(run, device="cpu", grid=Grid((3,), (1.5,)))
     assert main(["export", "--run", str(run), "--format", "hf", "--quantization", "float32"]) == 0
     return run, run / "hf"
 

@@ -19,6 +19,8 @@ LAYERS = {
         "plumbing.script",
         "plumbing.config_yaml",
         "plumbing.engine_fields",
+        "plumbing.spelling",
+        "plumbing.seeds",
     ],
     "The translator's core": [
         "metrics",
@@ -38,6 +40,7 @@ LAYERS = {
         "decode",
         "translate",
     ],
+    "Scoring and choosing": ["score", "rerank"],
     "The run folder": [
         "run.names",
         "run.records",
@@ -51,6 +54,7 @@ LAYERS = {
         "run.parent",
     ],
     "Training": [
+        "training.bpe",
         "training.clean",
         "training.binarize",
         "training.corpus",
@@ -61,12 +65,11 @@ LAYERS = {
         "training.validation",
         "training.tuning",
         "training.session",
+        "training.finish",
         "training.train",
     ],
     "Using a run": [
         "sentences",
-        "score",
-        "rerank",
         "attention",
         "ct2.export",
         "ct2.engine",
@@ -191,9 +194,15 @@ def test_dependencies_point_one_way():
 
 
 def test_model_knows_only_torch_and_its_config():
-    assert mt_imports(PACKAGE / "model.py") == {"config", "kv_cache", "output_pieces"}
-    assert mt_imports(PACKAGE / "kv_cache.py") == set()
-    assert mt_imports(PACKAGE / "decode.py") <= {"config", "decode_config", "ensemble", "model"}
+    assert mt_imports(PACKAGE / "model.py") == {"config", "devices", "kv_cache", "output_pieces"}
+    assert mt_imports(PACKAGE / "kv_cache.py") == mt_imports(PACKAGE / "devices.py") == set()
+    assert mt_imports(PACKAGE / "decode.py") <= {
+        "config",
+        "decode_config",
+        "ensemble",
+        "model",
+        "plumbing.seeds",
+    }
     assert mt_imports(PACKAGE / "output_pieces.py") == {"config"}
 
 
@@ -261,17 +270,17 @@ def test_size_budgets():
     assert too_long == {}
 
 
-# The house's size aims, held here (at their limits since issue 85; issue 95 makes room): mt/ at most 32
-# entries at its top (modules and folders), at most 2 modules over 350 lines, the core at most 16 modules,
-# and its first read (README: the generated corpora are skipped on a first read) at most 3,000 lines; a
-# function takes 7 or more parameters only where listed with its reason, at most 8 of them.
+# The house's size aims, held here (issue 95 made room under each, found by concept: the model's
+# device-specific ops went to mt.devices, finishing a run out of mt.training.session, learning the BPE
+# to mt.training.bpe, what is not the core's below it or above it): mt/ at most 32 entries at its top
+# (modules and folders), at most 1 module over 350 lines, the core at most 16 modules, and its first
+# read (README: the generated corpora are skipped on a first read) at most 2,800 lines; a function takes
+# 7 or more parameters only where listed with its reason, at most 6 of them.
 FIRST_READ_SKIPS = ("generated.toy", "generated.synthetic")
 MANY_PARAMETERS = {
     "model.forward": "a decoder layer's pass: input, memory, both masks, the cache, its layer, causal",
     "step.train_step": "one update: model, optimizer, micro-batches, config, lr; scaler, device, ranks, stop",
     "translator.from_run": "the public API's one door: run, checkpoint, engine, device, ensemble, options",
-    "session.first_writes": "a new run's first files, each from its own part of the setup",
-    "session.learner": "model, optimizer and progress, from config, device, resume, parent and ranks",
     "translate.search_lines": "every caller's options of one search over lines, each a keyword",
     "decode.greedy_decode": "beam_search's inputs, plus the choice of token that sampling swaps in",
     "decode.search": "the one entry to every search: its inputs, prefixes and sampling's seeds",
@@ -290,12 +299,12 @@ def top_level_entries() -> list[str]:
 def test_the_house_keeps_its_size_aims():
     assert len(top_level_entries()) <= 32, top_level_entries()
     long_modules = {name for name in ORDER if len(source(name).read_text().splitlines()) > 350}
-    assert len(long_modules) <= 2, sorted(long_modules)
+    assert len(long_modules) <= 1, sorted(long_modules)
     core = LAYERS["The translator's core"]
     assert len(core) <= 16
     first_read = [name for name in core if name not in FIRST_READ_SKIPS]
-    assert sum(len(source(name).read_text().splitlines()) for name in first_read) <= 3000
-    assert len(MANY_PARAMETERS) <= 8
+    assert sum(len(source(name).read_text().splitlines()) for name in first_read) <= 2800
+    assert len(MANY_PARAMETERS) <= 6
     assert parameter_counts() == {
         name: n for name, n in parameter_counts().items() if name in MANY_PARAMETERS
     }

@@ -10,8 +10,9 @@ import pytest
 import sacrebleu
 from conftest import metrics, table
 
-from mt.metrics import METRICS, bleu_tokenizer, corpus_scores, signature_tokenizer
+from mt.metrics import METRICS, corpus_scores
 from mt.plumbing.errors import ConfigError
+from mt.plumbing.script import bleu_tokenizer, signature_tokenizer
 from mt.run.card import read_card
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +52,9 @@ def test_bleu_tokenizer_is_sacrebleus_choice_for_the_target_language():
 
 
 def test_a_japanese_target_without_mecab_is_scored_by_characters_or_refused(monkeypatch, caplog):
-    monkeypatch.setattr("mt.metrics.installed", lambda tokenizer: tokenizer not in ("ja-mecab", "ko-mecab"))
+    monkeypatch.setattr(
+        "mt.plumbing.script.installed", lambda tokenizer: tokenizer not in ("ja-mecab", "ko-mecab")
+    )
     bleu_tokenizer.cache_clear()
     try:
         assert bleu_tokenizer("auto", "ja") == "char"

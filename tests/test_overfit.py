@@ -8,7 +8,7 @@ from mt.config import ModelConfig, TrainConfig
 from mt.decode_config import DecodeConfig
 from mt.metrics import corpus_scores
 from mt.model import Seq2Seq
-from mt.tokenizer import train_tokenizer
+from mt.training.bpe import train_tokenizer
 from mt.training.epochs import BatchStream
 from mt.training.step import inverse_sqrt_lr, train_step
 from mt.translate import translate_lines

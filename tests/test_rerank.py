@@ -21,12 +21,12 @@ from mt.data import load_split
 from mt.decode_config import DecodeConfig, decoding
 from mt.evaluate import evaluate_run
 from mt.plumbing.errors import ConfigError, RunDirError
-from mt.rerank import Candidate, bleu_matrix, channel_scores, choices, chrf_matrix, expected_utilities
+from mt.rerank import Candidate, bleu_matrix, channel_scores, chrf_matrix, expected_utilities
 from mt.run.card import read_card, update_card
 from mt.run.folder import result_name, runs_from, stored_runs
 from mt.run.names import chooser_text, evaluation_name
 from mt.training.train import train
-from mt.training.tuning import make_grid, tune
+from mt.training.tuning import Grid, tune
 from mt.translate import search_lines
 from mt.translator import Translator
 
@@ -93,7 +93,7 @@ def test_mbr_and_reranking_are_refused_where_they_cannot_choose():
         ): "--mbr chrf chooses among mt's own search's candidates: add --engine torch",
         ("beam", 1): "--mbr chrf has one candidate a line with beam 1: add --beam 5 or --mbr-samples 16",
     }
-    from mt.decode_config import COMMAND_LINE
+    from mt.plumbing.spelling import COMMAND_LINE
 
     for (key, value), message in cases.items():
         options = {"beam": 5, "mbr": "chrf", key: value}
@@ -187,15 +187,16 @@ def test_reranking_by_a_run_of_the_same_direction_or_none_is_one_line(fluent, tm
 def test_tune_chooses_among_beam_mbr_and_reranking_as_the_run_then_translates(fluent, reverse, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(fluent, run)
-    grid = make_grid((1, 5), (1.0, 2.0))
-    tuning = tune(run, device="cpu", grid=grid, more=choices(True, str(reverse), run))
+    grid = Grid((1, 5), (1.0, 2.0), mbr=True, rerank=str(reverse))
+    tuning = tune(run, device="cpu", grid=grid)
     tried = tuning["tried"]
-    # MBR: 3 pools x 2 utilities; reranking: 2 pools (beams 5 and 10) x 4 weights x 5 length penalties
-    assert len(tried) == len(grid) + 3 * 2 + 2 * 4 * 5
+    # MBR: 3 pools x 2 utilities; reranking: 2 pools (beams 5 and 10) x 4 weights x 2 length penalties
+    assert len(tried) == 3 + 3 * 2 + 2 * 4 * 2
+    assert {t["beam"] for t in tried if t["rerank"]} == {5, 10}
     src, ref = load_split(read_saved_config(run / "config.yaml").data, "val")
     translator = Translator.from_run(run, device="cpu", rerank=str(reverse), mbr="", beam=5)
     options = ("beam", "length_penalty", "mbr", "mbr_samples", "mbr_temperature", "rerank_weight")
-    for row in [tried[len(grid)], tried[len(grid) + 5], tried[-1]]:  # MBR chrF, MBR BLEU with 16, a reranking
+    for row in [tried[3], tried[3 + 5], tried[-1]]:  # MBR chrF, MBR BLEU with 16, a reranking
         if row["mbr"]:
             hyps = Translator.from_run(run, device="cpu", rerank="").translate(
                 src, **{k: row[k] for k in options}
@@ -296,8 +297,7 @@ def tuned_to_rerank(fluent, reverse, tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        grid = make_grid((5,), (1.0,))
-        tuning = tune("runs/de-en", device="cpu", grid=grid, more=choices(False, "runs/en-de", "runs/de-en"))
+        tuning = tune("runs/de-en", device="cpu", grid=Grid((5,), (1.0,), rerank="runs/en-de"))
     finally:
         os.chdir(cwd)
     run = root / "runs" / "de-en"

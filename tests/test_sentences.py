@@ -7,8 +7,9 @@ import sys
 import pytest
 from conftest import run_main
 
-from mt.decode_config import COMMAND_LINE, DecodeConfig, decoding
+from mt.decode_config import DecodeConfig, decoding
 from mt.plumbing.errors import ConfigError
+from mt.plumbing.spelling import COMMAND_LINE
 from mt.run.names import evaluation_name
 from mt.sentences import join_lines, join_texts, sentences_of, splitter
 from mt.translator import Translator

@@ -10,7 +10,8 @@ import pytest
 from mt.config import BOS, EOS, PAD, UNK
 from mt.generated.toy import toy_corpus
 from mt.plumbing.errors import ConfigError, RunDirError
-from mt.tokenizer import Tokenizer, load_tokenizer, train_tokenizer
+from mt.tokenizer import Tokenizer, load_tokenizer
+from mt.training.bpe import train_tokenizer
 
 
 def test_special_ids_are_fixed(tokenizer):

@@ -19,13 +19,27 @@ from mt.run.folder import result_name
 from mt.serving.limits import ServeLimits
 from mt.serving.worker import Worker
 from mt.training.train import train
-from mt.training.tuning import best_setting, make_grid, tune
+from mt.training.tuning import Grid, best_setting, tune
 from mt.translator import Translator
 
 
 def test_the_grid_tries_greedy_once_and_every_penalty_with_each_wider_beam():
-    assert make_grid((1, 3), (0.6, 2.0)) == [(1, 1.0), (3, 0.6), (3, 2.0)]
-    assert make_grid((5, 2), (1.0,)) == [(2, 1.0), (5, 1.0)]
+    assert Grid((1, 3), (0.6, 2.0)).searches() == [(1, 1.0), (3, 0.6), (3, 2.0)]
+    assert Grid((5, 2), (1.0,)).searches() == [(2, 1.0), (5, 1.0)]
+
+
+def test_the_grids_beams_govern_the_pools_that_mbr_and_reranking_choose_among(capsys):
+    assert Grid((1, 3), mbr=True).pool_beams() == (3,)
+    assert Grid((1, 3), rerank="runs/en-de").pool_beams() == (3, 6)
+    assert Grid().pool_beams() == (5,)
+    with pytest.raises(ConfigError) as e:
+        Grid((1,), rerank="runs/en-de")
+    assert str(e.value) == (
+        "tune: MBR and reranking choose among the largest beam's hypotheses, and the grid's beams are [1]; "
+        "add a beam above 1 (--beams 1 5)"
+    )
+    assert main(["tune", "--run", "no-such-run", "--beams", "1", "--mbr"]) == 2
+    assert capsys.readouterr().err.endswith("add a beam above 1 (--beams 1 5)\n")
 
 
 def test_the_best_setting_is_the_highest_bleu_and_on_a_tie_the_cheaper_one():
@@ -47,9 +61,9 @@ def learned(tiny, tmp_path_factory):
 def test_tune_scores_each_setting_as_sacrebleu_does_and_the_run_then_decodes_with_the_best(learned, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(learned, run)
-    grid = make_grid((2, 3), (0.5, 3.0))  # no greedy: whatever wins differs from the defaults
+    grid = Grid((2, 3), (0.5, 3.0))  # no greedy: whatever wins differs from the defaults
     tuning = tune(run, device="cpu", grid=grid)
-    assert [(t["beam"], t["length_penalty"]) for t in tuning["tried"]] == grid
+    assert [(t["beam"], t["length_penalty"]) for t in tuning["tried"]] == grid.searches()
     # not all four apart: which settings tie is the CPU's arithmetic's (issue 80), that some differ is not
     assert min(t["bleu"] for t in tuning["tried"]) > 2 and len({t["bleu"] for t in tuning["tried"]}) > 1
     src, ref = load_split(read_saved_config(run / "config.yaml").data, "val")
@@ -71,7 +85,7 @@ def test_tune_scores_each_setting_as_sacrebleu_does_and_the_run_then_decodes_wit
 
 
 def test_a_flag_wins_over_the_tuned_setting_on_the_command_line(run, capsys):
-    tune(run, device="cpu", grid=make_grid((4,), (2.0,)))
+    tune(run, device="cpu", grid=Grid((4,), (2.0,)))
     assert main(["evaluate", "--run", str(run), "--device", "cpu", "--split", "val"]) == 0
     assert main(["evaluate", "--run", str(run), "--device", "cpu", "--split", "val", "--beam", "1"]) == 0
     results = json.loads((run / "card.json").read_text())["results"]
@@ -92,7 +106,7 @@ def test_sampling_on_a_tuned_run_needs_no_beam_in_any_door(fluent, tmp_path, cap
 
     run = tmp_path / "run"
     shutil.copytree(fluent, run)
-    tune(run, device="cpu", grid=make_grid((3,), (2.0,)))
+    tune(run, device="cpu", grid=Grid((3,), (2.0,)))
     assert Translator.from_run(run, device="cpu").decode.beam == 3
     lines, options = (
         ["Ein Hund läuft .", "Zwei Männer spielen im Schnee ."],
@@ -139,7 +153,9 @@ def test_mt_train_tunes_at_its_end_once(tiny, tmp_path, capsys):
     run = tmp_path / "run"
     assert main(train_args(run, tiny)) == 0
     card = json.loads((run / "card.json").read_text())
-    assert len(card["tuning"]["tried"]) == len(make_grid()) and card["tuning"]["checkpoint"] == "best.pt"
+    assert (
+        len(card["tuning"]["tried"]) == len(Grid().searches()) and card["tuning"]["checkpoint"] == "best.pt"
+    )
     assert "the run now translates with them unless told otherwise" in capsys.readouterr().err
     assert main(train_args(run, tiny)) == 0  # already finished, and tuned for this best.pt: not again
     assert "best of" not in capsys.readouterr().err
@@ -153,7 +169,7 @@ def test_the_python_api_ends_a_training_as_mt_train_does(tiny, tmp_path):
     cfg = load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=4", "train.tune=true"])
     result = train(cfg, run)
     card = json.loads((run / "card.json").read_text())
-    assert result["tuning"] == card["tuning"] and len(card["tuning"]["tried"]) == len(make_grid())
+    assert result["tuning"] == card["tuning"] and len(card["tuning"]["tried"]) == len(Grid().searches())
     assert train(cfg, run)["tuning"] is None
     untuned = tmp_path / "untuned"
     assert (
@@ -183,13 +199,13 @@ def test_a_run_that_samples_is_not_tuned(run):
     text = (run / "config.yaml").read_text().replace("sample: ''", "sample: topk:5")
     (run / "config.yaml").write_text(text)
     with pytest.raises(ConfigError, match="decode.sample is 'topk:5': the run samples instead of searching"):
-        tune(run, device="cpu", grid=make_grid((2,), (1.0,)))
+        tune(run, device="cpu", grid=Grid((2,), (1.0,)))
 
 
 def test_tuning_keeps_a_configs_n_best_within_the_chosen_beam(run):
     text = (run / "config.yaml").read_text().replace("beam: 1", "beam: 5").replace("n_best: 1", "n_best: 5")
     (run / "config.yaml").write_text(text)
-    chosen = tune(run, device="cpu", grid=make_grid((2,), (1.0,)))["chosen"]
+    chosen = tune(run, device="cpu", grid=Grid((2,), (1.0,)))["chosen"]
     assert chosen["beam"] == 2
     assert Translator.from_run(run, device="cpu").decode.n_best == 2
 

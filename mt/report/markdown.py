@@ -19,9 +19,10 @@ from pathlib import Path
 
 from sacrebleu.significance import PairedTest
 
-from mt.metrics import HEADLINE, METRICS, PRIMARY, Metric, best_of, improves, signature_tokenizer
+from mt.metrics import HEADLINE, METRICS, PRIMARY, Metric, best_of, improves
 from mt.plumbing.errors import RunDirError
 from mt.plumbing.files import write_text
+from mt.plumbing.script import signature_tokenizer
 from mt.report.curves import plot_curves
 from mt.report.groups import P_THRESHOLD, groups_section, p_text, seed_groups
 from mt.report.runs import Run, check_one_tokenizer, comparability, load_runs, results_named

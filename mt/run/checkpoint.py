@@ -23,12 +23,7 @@ from typing import Protocol
 
 import torch
 
-from mt.config import (
-    RunConfig,
-    config_from_dict,
-    config_to_dict,
-    resumable_keys,
-)
+from mt.config import RunConfig, config_from_dict, config_to_dict
 from mt.model import Seq2Seq
 from mt.plumbing.config_yaml import apply_overrides, config_differences
 from mt.plumbing.errors import ConfigError, RunDirError
@@ -38,6 +33,19 @@ from mt.run.records import problem
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
+
+
+def resumable_keys(cls: type = None, prefix: str = "") -> tuple[str, ...]:
+    """The keys (train.max_steps, decode, ...) whose fields are marked RESUMABLE: what a resumed run,
+    or a checkpoint averaged with another of its run, may differ in."""
+    keys = []
+    for f in dataclasses.fields(cls or RunConfig):
+        if f.metadata.get("resumable"):
+            keys.append(prefix + f.name)
+        elif dataclasses.is_dataclass(f.default):  # a section: its own fields
+            keys += resumable_keys(type(f.default), f"{f.name}.")
+    return tuple(keys)
+
 
 RESUMABLE_KEYS = resumable_keys()  # what a resumed run may change (mt.config's RESUMABLE fields)
 

@@ -16,10 +16,10 @@ training writes there.
     DIR/train.lock      held (flock) while a training writes DIR
 
 Checkpoints are mt.run.checkpoint's, the card mt.run.card's, metrics.jsonl mt.run.metrics_log's;
-resuming is mt.training.session's. Reading a run (`load_run`, `run_decoding`, `result_name`) checks
-everything and writes nothing; a damaged file is a one-line RunDirError. Writing: `open_run_dir` makes a
-run's first writes once every input has been checked, `locked` keeps a second training out, `run_log`
-is train.log.
+resuming is mt.training.session's. Reading a run (`load_run`, `run_decoding`, `result_name`, and
+decode.rerank's runs: `open_reverse`) checks everything and writes nothing; a damaged file is a one-line
+RunDirError. Writing: `open_run_dir` makes a run's first writes once every input has been checked,
+`locked` keeps a second training out, `run_log` is train.log.
 """
 
 from __future__ import annotations
@@ -36,12 +36,15 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+import torch
+
 from mt.config import RunConfig, read_saved_config, save_config
 from mt.decode_config import TUNED, DecodeConfig, reverse_runs
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.plumbing.errors import RunDirError, WriteError
 from mt.plumbing.files import write_failure
+from mt.rerank import Reverse
 from mt.run.card import card_tuning
 from mt.run.checkpoint import build_model, load_checkpoint, stored_config
 from mt.run.metrics_log import MetricsLog, keep_metrics_until
@@ -172,6 +175,30 @@ def run_config(run_dir: str | Path) -> RunConfig:
     if not Path(run_dir).is_dir():
         raise RunDirError(f"{run_dir}: run directory not found")
     return read_saved_config(Path(run_dir) / "config.yaml")
+
+
+def open_reverse(rerank: str, cfg: RunConfig, device: torch.device) -> Reverse:
+    """decode.rerank's runs opened at best.pt: each must translate cfg's target language into its
+    source, or learn both directions (data.both_directions: `make bit`'s first stage reranks its own
+    child at no extra training)."""
+    reverse = []
+    for run in reverse_runs(rerank):
+        if not Path(run).is_dir():
+            raise RunDirError(
+                f'rerank {run}: run directory not found; give the reverse run\'s folder, or rerank "" '
+                f"(--rerank '') to translate without reranking"
+            )
+        theirs, tokenizer, model = load_run(run)
+        wanted = (cfg.data.tgt_lang, cfg.data.src_lang)
+        languages = (theirs.data.src_lang, theirs.data.tgt_lang)
+        if languages != wanted and not (theirs.data.both_directions and languages == wanted[::-1]):
+            arrow = "<->" if theirs.data.both_directions else "->"
+            raise RunDirError(
+                f"rerank {run}: it translates {arrow.join(languages)}; reranking needs a run that "
+                f"translates {'->'.join(wanted)} (or both ways: data.both_directions)"
+            )
+        reverse.append((tokenizer, model.to(device)))
+    return reverse
 
 
 def result_name(run_dir: Path, setting: str) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from mt.config import RunConfig, base_config, config_to_dict
+from mt.config import RunConfig, config_to_dict, load_config
 from mt.plumbing.config_yaml import config_differences
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +23,11 @@ def config_hash(cfg: RunConfig) -> str:
     """12 hex digits of sha256 over the config's values, without its name and base."""
     values = {k: v for k, v in config_to_dict(cfg).items() if k not in NOT_TRAINING}
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def base_config(cfg: RunConfig) -> RunConfig:
+    """What `cfg` departs from: its `base:` config, else mt's defaults."""
+    return load_config(cfg.base) if cfg.base else RunConfig()
 
 
 def config_section(cfg: RunConfig) -> dict:

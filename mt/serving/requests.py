@@ -12,9 +12,10 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
 
-from mt.decode_config import REQUEST, DecodeConfig, decoding
+from mt.decode_config import DecodeConfig, decoding
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.schema import fields_of
+from mt.plumbing.spelling import REQUEST
 from mt.serving.limits import ServeLimits
 from mt.serving.worker import Worker
 from mt.translator import one_per_line

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from mt.config import DataConfig
 from mt.data import TextSource, decoded_line, misaligned, raw_lines
 from mt.plumbing.errors import DataError
+from mt.plumbing.seeds import derived_seed
 from mt.tokenizer import Tokenizer
 from mt.training.clean import Cleaner, pair_keys
 
@@ -248,12 +249,13 @@ def _encode_chunk(number: int, raw: tuple[int, list]) -> Encoded:
 def _encode(
     chunk: list[tuple[str, str]], tokenizer: Tokenizer, number: int, dropout: tuple[float, int] | None
 ) -> tuple[list[list[int]], list[list[int]], list[tuple[int, int]]]:
-    """Chunk `number`'s sides as ids (with BPE-dropout, each side sampled with a seed of its own) and
-    each pair's lengths in plain pieces (what data.max_len and data.clean measure)."""
+    """Chunk `number`'s sides as ids (with BPE-dropout, each side sampled with a seed of its own: chunk
+    and side as one key) and each pair's lengths in plain pieces (what data.max_len and data.clean
+    measure)."""
     sides = [[pair[side] for pair in chunk] for side in (0, 1)]
     p, seed = dropout or (0.0, 0)
     ids = [
-        tokenizer.encode_sampled(lines, p, seed * 1_000_003 + 2 * number + side)
+        tokenizer.encode_sampled(lines, p, derived_seed(seed, 2 * number + side))
         if p
         else tokenizer.encode(lines)
         for side, lines in enumerate(sides)

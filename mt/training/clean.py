@@ -11,16 +11,29 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from torch import Tensor
 
 from mt.config import DataConfig
-from mt.data import TextSource, source_identity, source_lines, split_sources
+from mt.data import TextSource, iter_lines, split_sources
 from mt.plumbing.script import words
 
 # in the order they are tried: a pair counts under the first it breaks
 RULES = ("empty", "too_long", "ratio", "copy", "language", "leak", "duplicate")
+
+
+def source_identity(source: TextSource) -> list:
+    """What says a source changed: a file's path, size and modification time; a list's content hash."""
+    if isinstance(source, Path):
+        stat = source.stat()
+        return [str(source.resolve()), stat.st_size, stat.st_mtime_ns]
+    return ["lines", hashlib.sha256("\n".join(source).encode()).hexdigest()]
+
+
+def source_lines(source: TextSource) -> Iterator[str]:
+    return iter_lines(source) if isinstance(source, Path) else iter(source)
 
 
 def cleaning_applies(cfg: DataConfig) -> bool:

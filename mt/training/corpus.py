@@ -36,15 +36,14 @@ from mt.data import (
     empty_file,
     misaligned,
     raw_lines,
-    source_identity,
-    source_lines,
     training_sources,
 )
 from mt.plumbing.files import file_sha256, one_at_a_time, write_failure, write_text
 from mt.plumbing.script import tokenizer_settings
-from mt.tokenizer import Tokenizer, train_tokenizer
+from mt.tokenizer import Tokenizer
 from mt.training.binarize import SIDES, TYPECODE, binarize, log_kept
-from mt.training.clean import cleaning_identity
+from mt.training.bpe import train_tokenizer
+from mt.training.clean import cleaning_identity, source_identity, source_lines
 
 log = logging.getLogger(__name__)
 

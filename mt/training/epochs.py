@@ -20,6 +20,7 @@ from torch import Tensor
 
 from mt.batching import Batch, LengthIndex, Pairs
 from mt.config import PAD, RunConfig
+from mt.plumbing.seeds import derived_seed
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def epoch_plan(corpus: Pairs, max_tokens: int, seed: int, epoch: int) -> EpochPl
     """An epoch's batches: ordered, and their length ties broken, by draws seeded by (seed, epoch)."""
     index = corpus.length_index()
     cuts = index.cuts(max_tokens)
-    draw = seed * 100_003 + epoch
+    draw = derived_seed(seed, epoch)
     shuffled = torch.randperm(len(cuts) - 1, generator=torch.Generator().manual_seed(draw), dtype=torch.int32)
     return EpochPlan(index, cuts, shuffled, draw)
 

@@ -1,7 +1,7 @@
-"""Setting up a training run and finishing it: the `Session` the loop in mt.training.train works with (device,
-tokenizer, corpus, model, optimizer, counters, files), built by `setup` with every input checked
-before the first write to the run directory, from scratch or from the checkpoint `resume_checkpoint`
-found; and `finish`, which writes the card."""
+"""Setting up a training run: the `Session` the loop in mt.training.train works with (device, tokenizer,
+corpus, model, optimizer, counters, files), built by `setup` with every input checked before the first
+write to the run directory, from scratch or from the checkpoint `resume_checkpoint` found; and saving
+it (`save`). Finishing it is mt.training.finish's."""
 
 from __future__ import annotations
 
@@ -18,20 +18,20 @@ from mt import devices
 from mt.batching import Pairs
 from mt.config import RunConfig
 from mt.data import load_split
-from mt.metrics import HEADLINE, PRIMARY
+from mt.metrics import HEADLINE
 from mt.model import Seq2Seq, count_parameters
 from mt.output_pieces import target_pieces
-from mt.plumbing.errors import RunDirError, WriteError
+from mt.plumbing.errors import WriteError
+from mt.plumbing.seeds import derived_seed
 from mt.run import checkpoint, folder
-from mt.run.card import read_card, training_record, update_card
+from mt.run.card import update_card
 from mt.run.metrics_log import MetricsLog, tensorboard_writer
-from mt.run.parent import Parent, parent_of, parse_init_from, shared_tokenizer, teacher_of
+from mt.run.parent import Parent, parent_of, shared_tokenizer, teacher_of
 from mt.run.progress import Progress
-from mt.run.provenance import code_version, config_section, hardware
+from mt.run.provenance import config_section
 from mt.run.resume import Resumed, restore
 from mt.tokenizer import Tokenizer
 from mt.training import corpus, distributed
-from mt.training.compute import card_pipeline, pipeline_multiply_adds, training_multiply_adds
 from mt.training.epochs import BatchStream
 from mt.training.validation import Validation, make_validation
 
@@ -53,8 +53,8 @@ class Session:
     progress: Progress
     stream: BatchStream
     val: Validation | None  # rank 0 only
-    metrics: MetricsLog | None  # rank 0 only
-    cleaning: dict | None  # rank 0 only: what binarizing kept and removed (corpus.cleaning_report)
+    metrics: MetricsLog | None = None  # rank 0 only, from `first_writes`
+    cleaning: dict | None = None  # rank 0 only: what binarizing kept and removed (corpus.cleaning_report)
     # what train_step runs: the model, or under torchrun its DDP wrapper (for training steps only:
     # validation and saving use the plain module)
     ddp: torch.nn.Module = field(init=False)
@@ -144,16 +144,8 @@ def setup(
         (resumed.tokenizer, None, {}) if resumed else new_tokenizer(cfg, run_dir, parent, ranks)
     )
     train_pairs, folders = training_corpus(cfg, tokenizer, pairs, ranks)
-    model, optimizer, scaler, progress = learner(cfg, tokenizer, device, resumed, parent, ranks, train_pairs)
-    val = make_validation(*val_lines, tokenizer, model, cfg.train.max_tokens) if ranks.main else None
-    metrics = cleaning = None
-    if ranks.main:  # the first write: the lock, then the run's files
-        step = progress.step if resumed else None
-        metrics, cleaning = first_writes(
-            cfg, run_dir, tokenizer, step, force_new, start_log, cleanup, folders[0]
-        )
-        if origin:  # recorded at once: a run stopped by a crash still names what it came from
-            update_card(run_dir, config=config_section(cfg), parameters=count_parameters(model), **origin)
+    model = new_model(cfg, tokenizer, resumed, parent, train_pairs)
+    optimizer, scaler, progress = learner(cfg, model.to(device), device, resumed, ranks)
     s = Session(
         cfg=cfg,
         run_dir=run_dir,
@@ -165,19 +157,21 @@ def setup(
         scaler=scaler,
         progress=progress,
         stream=BatchStream.training(train_pairs, cfg, device),
-        val=val,
-        metrics=metrics,
-        cleaning=cleaning,
+        val=make_validation(*val_lines, tokenizer, model, cfg.train.max_tokens) if ranks.main else None,
     )
+    if ranks.main:  # the first write: the lock, then the run's files
+        s.metrics, s.cleaning = first_writes(
+            s, resumed is not None, force_new, start_log, cleanup, folders[0]
+        )
+        if origin:  # recorded at once: a run stopped by a crash still names what it came from
+            update_card(run_dir, config=config_section(cfg), parameters=count_parameters(model), **origin)
     log_start(s, resumed is not None, parent)
     return s
 
 
 def first_writes(
-    cfg: RunConfig,
-    run_dir: Path,
-    tokenizer: Tokenizer,
-    resume_step: int | None,
+    s: Session,
+    resumed: bool,
     force_new: bool,
     start_log: Callable[[Path], None],
     cleanup: contextlib.ExitStack,
@@ -186,13 +180,14 @@ def first_writes(
     """Rank 0's writes once every check has passed: the lock, the run's files (folder.open_run_dir) and
     the list of the training pairs data.clean removed, the previous run archived first where `force_new`;
     the metrics log and the cleaning report."""
-    board = tensorboard_writer(cfg.train)  # refused before the lock if its extra is missing
-    cleanup.enter_context(folder.locked(run_dir))
+    board = tensorboard_writer(s.cfg.train)  # refused before the lock if its extra is missing
+    cleanup.enter_context(folder.locked(s.run_dir))
     if force_new:
-        folder.archive_previous(run_dir)
-    metrics = folder.open_run_dir(run_dir, cfg, tokenizer, resume_step, start_log, board)
+        folder.archive_previous(s.run_dir)
+    resume_step = s.progress.step if resumed else None
+    metrics = folder.open_run_dir(s.run_dir, s.cfg, s.tokenizer, resume_step, start_log, board)
     cleanup.callback(metrics.close)
-    return metrics, corpus.cleaning_report(corpus_folder, run_dir / "removed-pairs.tsv")
+    return metrics, corpus.cleaning_report(corpus_folder, s.run_dir / "removed-pairs.tsv")
 
 
 def log_start(s: Session, resumed: bool, parent: Parent | None) -> None:
@@ -221,19 +216,16 @@ def log_start(s: Session, resumed: bool, parent: Parent | None) -> None:
     )
 
 
-def learner(
+def new_model(
     cfg: RunConfig,
     tokenizer: Tokenizer,
-    device: torch.device,
     resumed: Resumed | None,
     parent: Parent | None,
-    ranks: distributed.Ranks,
     train_pairs: list[Pairs],
-) -> tuple[Seq2Seq, torch.optim.Optimizer, torch.amp.GradScaler, Progress]:
-    """The model, Adam, the fp16 grad scaler and the counters: new (random weights, or the parent's),
-    or restored from `resumed`. Adam holds only the parameters train.freeze leaves to train. With
-    model.output_pieces: target the output layer's pieces are the training targets' (a resumed run's
-    are its checkpoint's)."""
+) -> Seq2Seq:
+    """The model, on the CPU: random weights, the parent's, or (restored by `learner`) `resumed`'s, with
+    train.freeze's parts frozen. With model.output_pieces: target the output layer's pieces are the
+    training targets' (a resumed run's are its checkpoint's)."""
     pieces = None
     if cfg.model.output_pieces == "target":
         saved = resumed.ckpt["model"].get("output.ids") if resumed else None
@@ -250,7 +242,14 @@ def learner(
         weights = {k: v for k, v in parent.ckpt["model"].items() if k != "output.ids"}
         model.load_state_dict(weights | ({"output.ids": model.output.ids} if model.output else {}))
     model.freeze(cfg.train.freeze)
-    model = model.to(device)
+    return model
+
+
+def learner(
+    cfg: RunConfig, model: Seq2Seq, device: torch.device, resumed: Resumed | None, ranks: distributed.Ranks
+) -> tuple[torch.optim.Optimizer, torch.amp.GradScaler, Progress]:
+    """Adam, the fp16 grad scaler and the counters for `model` (on `device`): new, or restored (the model's
+    weights too) from `resumed`. Adam holds only the parameters train.freeze leaves to train."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(trainable, lr=cfg.train.lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.train.precision == "fp16")
@@ -258,10 +257,10 @@ def learner(
     if resumed:
         progress = restore(resumed.ckpt, model, optimizer, scaler, ranks.rank, device)
         progress.precision = distributed.precision_so_far(progress.precision, progress.step, ran)
-        return model, optimizer, scaler, progress
+        return optimizer, scaler, progress
     if ranks.enabled:
-        torch.manual_seed(cfg.train.seed + 1000 * ranks.rank)  # different dropout masks per rank
-    return model, optimizer, scaler, Progress(precision=ran)
+        torch.manual_seed(derived_seed(cfg.train.seed, ranks.rank))  # different dropout masks per rank
+    return optimizer, scaler, Progress(precision=ran)
 
 
 def save(s: Session, name: str) -> None:
@@ -279,78 +278,3 @@ def save(s: Session, name: str) -> None:
 def write_metrics(s: Session, record: dict) -> None:
     if s.metrics is not None:
         s.metrics.write(record)
-
-
-def finish(s: Session, stop: str, interrupted: str) -> dict:
-    """Log the outcome, write the card (rank 0); returns the run's summary."""
-    p = s.progress
-    if interrupted:
-        log.info(
-            "%s at step %d: saved %s/last.pt; run the same command again to resume",
-            interrupted,
-            p.step,
-            s.run_dir,
-        )
-    else:
-        log.info(
-            "stopped at step %d (epoch %d): %s; %s; %.0fs wall, %.0fs in updates",
-            p.step,
-            p.epoch,
-            stop,
-            best_so_far(p),
-            p.elapsed_s,
-            p.train_seconds,
-        )
-    if s.ranks.main:
-        update_card(
-            s.run_dir,
-            config=config_section(s.cfg),
-            parameters=count_parameters(s.model),
-            precision=s.progress.precision,
-            code=code_version(),
-            hardware=hardware(s.device, s.ranks.world),
-            training=training_record(s.cfg.train, p, interrupted or stop, *compute(s)),
-            cleaning=s.cleaning,
-        )
-    if s.ranks.main and s.cfg.train.average_last and not interrupted:
-        average_at_the_end(s.run_dir, s.cfg.train.average_last)
-    return summary(p, stop, interrupted)
-
-
-def average_at_the_end(run_dir: Path, last: int) -> None:
-    """train.average_last after a finished training: too few kept models is a warning, not an error,
-    since the training itself succeeded (`mt average` averages what there is, with --last)."""
-    try:
-        checkpoint.write_average(run_dir, last)
-    except RunDirError as e:
-        log.warning("%s; no averaged.pt written", e)
-
-
-def compute(s: Session) -> tuple[float, float | None]:
-    """The training's multiply-adds, and its pipeline's: with those of train.init_from's run and of a
-    distilled corpus's teacher, its translating and its own pipeline (once, where the teacher is the
-    parent: self-distillation); mt.training.compute."""
-    p = s.progress
-    own = training_multiply_adds(s.cfg.model, s.model.output_size, s.stream, p.epoch, p.batch_index)
-    teacher = teacher_of(s.cfg).get("teacher", {})
-    inherited = [teacher.get("translate_multiply_adds")] if teacher else []
-    parent = parse_init_from(s.cfg.train.init_from)[0] if s.cfg.train.init_from else None
-    if parent:
-        inherited.append(card_pipeline(read_card(parent)))
-    if teacher and not (parent and parent.resolve() == Path(teacher["run"]).resolve()):  # counted once
-        inherited.append(teacher.get("pipeline_multiply_adds"))
-    return own, pipeline_multiply_adds(own, inherited)
-
-
-def summary(p: Progress, stop: str, interrupted: str = "") -> dict:
-    """What `train` returns: the counters a caller reports, and why it stopped."""
-    return {
-        "step": p.step,
-        "epoch": p.epoch,
-        f"best_{PRIMARY.key}": p.best.get(PRIMARY.key),
-        "best_step": p.best_step,
-        "train_seconds": p.train_seconds,
-        "elapsed_s": p.elapsed_s,
-        "interrupted": interrupted,
-        "stopped": stop,
-    }

@@ -32,7 +32,8 @@ from mt.run.card import read_card
 from mt.run.progress import Progress, Window
 from mt.run.resume import Resumed, resume_checkpoint
 from mt.training import distributed
-from mt.training.session import Session, best_so_far, finish, save, setup, summary, write_metrics
+from mt.training.finish import finish, summary
+from mt.training.session import Session, best_so_far, save, setup, write_metrics
 from mt.training.step import StepStats, learning_rate, train_step
 from mt.training.tuning import tune_unless_tuned
 from mt.training.validation import validate

@@ -10,8 +10,8 @@ into the run's card, its one home: `tuning`, keyed by the checkpoint file's sha2
 setting tried, its BLEU, chrF and length ratio. Every command and the Python API open the run with
 it over config.yaml's decode section (mt.run.folder.run_decoding), for that checkpoint only; an
 explicit flag or keyword still wins. The test split is never looked at. `mt tune --mbr --rerank RUN`
-adds MBR and reranking to what is chosen among (`more`: mt.rerank.choices), each row with the
-options it sets (`TUNED`) and its seconds.
+adds MBR and reranking (mt.rerank) to what is chosen among, each row with the options it sets (`TUNED`)
+and its seconds. What is tried is one table, `Grid`, that `mt tune`'s flags fill.
 """
 
 from __future__ import annotations
@@ -19,65 +19,98 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from mt.config import RunConfig
 from mt.data import load_split
-from mt.decode_config import TUNE_BEAMS, TUNE_LENGTH_PENALTIES, TUNED, DecodeConfig, decoding
+from mt.decode_config import TUNED, DecodeConfig, decoding
 from mt.devices import resolve_device
 from mt.metrics import HEADLINE, PRIMARY, best_of, corpus_scores
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.files import file_sha256
+from mt.rerank import Reverse, beam_pool, channel_scores, choose, ranked, reverse_logprobs, sample_pool
 from mt.run.card import card_tuning, update_card
-from mt.run.folder import checkpoint_path, load_run
+from mt.run.folder import checkpoint_path, load_run, open_reverse, stored_runs
 from mt.run.names import evaluation_name
 from mt.tokenizer import Tokenizer
 from mt.translate import translate_lines
 
 log = logging.getLogger(__name__)
 
-# a run tunes on mt's own search, whatever engine it serves with, and plain search unless `more` tries
-# MBR or reranking (mt.rerank.choices)
+# a run tunes on mt's own search, whatever engine it serves with, and plain search where the grid does
+# not try MBR or reranking
 PLAIN = {"engine": "torch", "compute_type": "default", "mbr": "", "mbr_samples": 0, "rerank": ""}
 
-Grid = list[tuple[int, float]]  # (beam, length penalty) pairs
+
+@dataclass(frozen=True)
+class Grid:
+    """What `mt tune` chooses among on val (its flags fill it; each field's default is the default grid).
+
+    Plain search: beam 1 (greedy) once, as the penalty does not change its translations, and each beam
+    above 1 with each length penalty (`searches`). With `mbr`: MBR by each utility over the largest
+    beam's pool (`pool_beams`' first), alone and with the first k of max(samples) draws for each k. With
+    `rerank` (decode.rerank's runs): reranking over that pool and over twice its beam (beam 10's pool
+    cost about 2x beam 5's time and scores twice the pairs), at each weight with each length penalty.
+    A pool is searched once, at the length penalty that did best with its beam alone."""
+
+    beams: tuple[int, ...] = (1, 3, 5)
+    length_penalties: tuple[float, ...] = (0.6, 1.0, 1.5, 2.0, 2.5)
+    mbr: bool = False
+    rerank: str = ""
+    samples: tuple[int, ...] = (0, 8, 16)
+    utilities: tuple[str, ...] = ("chrf", "bleu")
+    weights: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
+
+    def __post_init__(self):
+        if (self.mbr or self.rerank) and max(self.beams) < 2:
+            raise ConfigError(
+                "tune: MBR and reranking choose among the largest beam's hypotheses, and the grid's beams "
+                f"are {list(self.beams)}; add a beam above 1 (--beams 1 5)"
+            )
+
+    def searches(self) -> list[tuple[int, float]]:
+        """The (beam, length penalty) pairs of plain search."""
+        above_1 = sorted(set(b for b in self.beams if b > 1))
+        return [(1, 1.0)] * (1 in self.beams) + [
+            (b, float(a)) for b in above_1 for a in self.length_penalties
+        ]
+
+    def pool_beams(self) -> tuple[int, ...]:
+        """The beams whose hypotheses MBR (the first) and reranking (each) choose among."""
+        return (max(self.beams), 2 * max(self.beams)) if self.rerank else (max(self.beams),)
 
 
-def make_grid(
-    beams: tuple[int, ...] = TUNE_BEAMS, length_penalties: tuple[float, ...] = TUNE_LENGTH_PENALTIES
-) -> Grid:
-    """Each beam above 1 with each penalty; beam 1 (greedy) once, as the penalty does not change its
-    translations."""
-    greedy = [(1, 1.0)] if 1 in beams else []
-    return greedy + [(b, float(a)) for b in sorted(set(beams)) if b > 1 for a in length_penalties]
+@dataclass
+class Val:
+    """The run being tuned, on its device, and its val split: what each setting translates and is scored
+    against (cfg.decode: the run's, with plain search)."""
+
+    cfg: RunConfig
+    tokenizer: Tokenizer
+    model: Seq2Seq
+    src: list[str]
+    ref: list[str]
+    tokenize: str  # cfg.bleu_tokenize, read (a named one that is not installed: refused) before decoding
 
 
-GRID = make_grid()
-
-
-def try_settings(
-    model: Seq2Seq, tokenizer: Tokenizer, cfg: RunConfig, src: list[str], ref: list[str], grid: Grid = GRID
-) -> list[dict]:
-    """Each (beam, length penalty) of `grid` translating `src` (1-best, searched, by the torch engine on
-    the model's device), scored against `ref`."""
-    tokenize = cfg.bleu_tokenize  # a named one that is not installed: refused before decoding
+def try_settings(val: Val, grid: Grid) -> list[dict]:
+    """Each (beam, length penalty) of the grid's plain searches translating val (1-best, by the torch
+    engine on the model's device), scored."""
     tried = []
-    for beam, alpha in grid:
+    for beam, alpha in grid.searches():
         start = time.perf_counter()
-        decode = decoding(cfg.decode, {**PLAIN, "beam": beam, "length_penalty": alpha, "n_best": 1})
-        hyps = translate_lines(model, tokenizer, src, decode, cfg.data.max_len)
-        tried.append(tried_row(decode, hyps, ref, src, tokenize, time.perf_counter() - start))
+        decode = decoding(val.cfg.decode, {**PLAIN, "beam": beam, "length_penalty": alpha, "n_best": 1})
+        hyps = translate_lines(val.model, val.tokenizer, val.src, decode, val.cfg.data.max_len)
+        tried.append(tried_row(val, decode, hyps, time.perf_counter() - start))
     return tried
 
 
-def tried_row(
-    decode: DecodeConfig, hyps: list[str], ref: list[str], src: list[str], tokenize: str, seconds: float
-):
+def tried_row(val: Val, decode: DecodeConfig, hyps: list[str], seconds: float) -> dict:
     """A setting's row in the card's `tuning`: its tuned options (`TUNED`), val scores and seconds
     (logged with its sentences per second)."""
-    scores = corpus_scores(hyps, ref, sources=src, tokenize=tokenize)
+    scores = corpus_scores(hyps, val.ref, sources=val.src, tokenize=val.tokenize)
     row = {
         **{key: getattr(decode, key) for key in TUNED},
         **{m.key: round(scores[m.key], 2) for m in HEADLINE},
@@ -87,7 +120,7 @@ def tried_row(
     scored = ", ".join(f"{m.label} {row[m.key]:.2f}" for m in HEADLINE)
     log.info(
         "tune: %s: val %s, length ratio %.3f, %.1f sentences/s",
-        *(setting_name(row), scored, row["length_ratio"], len(src) / max(seconds, 1e-9)),
+        *(setting_name(row), scored, row["length_ratio"], len(val.src) / max(seconds, 1e-9)),
     )
     return row
 
@@ -116,13 +149,12 @@ def tune(
     run: str | Path,
     checkpoint: str = "best",
     device: str = "auto",
-    grid: Grid = GRID,
-    more: Callable | None = None,
+    grid: Grid = Grid(),
 ) -> dict:
-    """Choose the run's beam and length penalty on val (see the module's docstring); returns the
-    card's `tuning` record. A run whose decode section samples (decode.sample) is refused: it does not
-    search. more(model, tokenizer, cfg, src, tried): other settings with their translations of val and
-    seconds, to choose among too (mt.rerank.choices: MBR and reranking), given the grid's rows."""
+    """Choose the run's decoding on val among the grid's settings (see the module's docstring); returns
+    the card's `tuning` record. A run whose decode section samples (decode.sample) is refused: it does
+    not search. The grid's reverse runs are opened before any decoding, so that a mistake in one costs
+    no grid."""
     run = Path(run)
     path = checkpoint_path(run, checkpoint)  # once: "best" may warn that it falls back to last.pt
     cfg, tokenizer, model = load_run(run, str(path))
@@ -131,12 +163,13 @@ def tune(
             f"{run / 'config.yaml'}: decode.sample is {cfg.decode.sample!r}: the run samples instead of "
             f'searching, so there is no beam to tune; set decode.sample to "" first'
         )
-    src, ref = load_split(cfg.data, "val")
-    cfg = dataclasses.replace(cfg, decode=decoding(cfg.decode, PLAIN))
-    model = model.to(resolve_device(device))
-    tried = try_settings(model, tokenizer, cfg, src, ref, grid)
-    for decode, hyps, seconds in more(model, tokenizer, cfg, src, tried) if more else []:
-        tried.append(tried_row(decode, hyps, ref, src, cfg.bleu_tokenize, seconds))
+    device = resolve_device(device)
+    reverse = open_reverse(grid.rerank, cfg, device) if grid.rerank else []
+    plain = dataclasses.replace(cfg, decode=decoding(cfg.decode, PLAIN))
+    val = Val(plain, tokenizer, model.to(device), *load_split(cfg.data, "val"), cfg.bleu_tokenize)
+    tried = try_settings(val, grid)
+    for decode, hyps, seconds in chooser_settings(val, tried, grid, reverse, stored_runs(grid.rerank, run)):
+        tried.append(tried_row(val, decode, hyps, seconds))
     chosen = best_setting(tried)
     tuning = {
         "split": "val",
@@ -165,3 +198,67 @@ def tune_unless_tuned(run: Path, device: str = "auto") -> dict | None:
     if card_tuning(run, checkpoint_path(run)) is None:
         return tune(run, device=device)
     return None
+
+
+Found = list[tuple[DecodeConfig, list[str], float]]  # (a setting, val's 1-best under it, its seconds)
+
+
+def chooser_settings(val: Val, tried: list[dict], grid: Grid, reverse: Reverse, stored: str) -> Found:
+    """The grid's MBR and reranking settings (`Grid`), each with val's translations and seconds: each
+    pool searched once, at the length penalty that did best in `tried` with the first pool's beam.
+    `stored`: the reverse runs as the card stores them, relative to the run (`stored_runs`), so the
+    tuned run opens from any folder."""
+    if not (grid.mbr or grid.rerank):
+        return []
+    first = grid.pool_beams()[0]
+    rows = [t for t in tried if t["beam"] == first]
+    alpha = best_of(rows)[0]["length_penalty"] if rows else val.cfg.decode.length_penalty
+    found = []
+    for beam in grid.pool_beams():
+        base = replace(val.cfg.decode, beam=beam, length_penalty=alpha, n_best=1)
+        start = time.perf_counter()
+        beamed = beam_pool(val.model, val.tokenizer, val.src, base, val.cfg.data.max_len)
+        searched = (beamed, time.perf_counter() - start)
+        if grid.mbr and beam == first:
+            found += mbr_settings(val, base, searched, grid)
+        if grid.rerank:
+            found += rerank_settings(val, replace(base, rerank=stored), reverse, searched, grid)
+    return found
+
+
+def mbr_settings(val: Val, base: DecodeConfig, searched: tuple, grid: Grid) -> Found:
+    """MBR over the beam's pool (`searched`: it and its seconds) with the first k of max(grid.samples)
+    draws added, for each k of grid.samples and each utility."""
+    beamed, beam_s = searched
+    draws = max(grid.samples)
+    start = time.perf_counter()
+    draw = replace(base, mbr_samples=draws)
+    drawn = sample_pool(val.model, val.tokenizer, val.src, draw, val.cfg.data.max_len) if draws else beamed
+    draw_s = time.perf_counter() - start
+    found = []
+    for samples in grid.samples:
+        pool = [b + d[:samples] for b, d in zip(beamed, drawn)]
+        for utility in grid.utilities:
+            decode = replace(base, mbr=utility, mbr_samples=samples)
+            start = time.perf_counter()
+            hyps = [n[0][0] for n in choose(pool, val.src, decode, [], val.tokenize)]
+            found.append(
+                (decode, hyps, beam_s + draw_s * samples / max(draws, 1) + time.perf_counter() - start)
+            )
+    return found
+
+
+def rerank_settings(val: Val, base: DecodeConfig, reverse: Reverse, searched: tuple, grid: Grid) -> Found:
+    """Reranking of the beam's pool by the `reverse` runs (base.rerank: as the card stores them), at each
+    weight and length penalty of the grid: the reverse runs score the pool once."""
+    beamed, beam_s = searched
+    start = time.perf_counter()
+    backward = reverse_logprobs(reverse, beamed, val.src, base)
+    seconds = beam_s + time.perf_counter() - start
+    found = []
+    for weight in grid.weights:
+        for alpha in grid.length_penalties:
+            decode = replace(base, rerank_weight=weight, length_penalty=alpha)
+            hyps = [n[0][0] for n in ranked(beamed, channel_scores(beamed, backward, weight, alpha), 1)]
+            found.append((decode, hyps, seconds))
+    return found
