@@ -27,11 +27,6 @@ class Hypothesis:
     ended: bool = True  # eos was written (False: cut at the length limit; the penalty counts no eos)
 
 
-def max_output_lengths(src_mask: Tensor, a: float, b: int, limit: int) -> Tensor:
-    """Per-sentence output limit a * source length + b, capped by the position table: (B,) long."""
-    return (a * src_mask.sum(1) + b).long().clamp(max=limit - 1)
-
-
 def force_prefix(scores: Tensor, prefix: Tensor | None, rows: Tensor, t: int) -> Tensor:
     """Step t's scores (b, V), where a row still inside its forced target prefix may take only the
     prefix's t-th piece. prefix: (B, P) ids by input sentence, PAD past each one's end; rows: (b,) the
@@ -63,9 +58,9 @@ def prefix_limits(limits: Tensor, prefix: Tensor | None, b: int, cap: int) -> Te
 
 
 def output_limits(src_mask: Tensor, prefix: Tensor | None, cfg: DecodeConfig, positions: int) -> Tensor:
-    """Each sentence's output length limit (B,): a * S + b (cfg.max_len_a, cfg.max_len_b), made room
-    for its forced prefix, within the model's positions."""
-    lengths = max_output_lengths(src_mask, cfg.max_len_a, cfg.max_len_b, positions)
+    """Each sentence's output length limit (B,): a * S + b (cfg.max_len_a, cfg.max_len_b), within the
+    model's positions, made room for its forced prefix."""
+    lengths = (cfg.max_len_a * src_mask.sum(1) + cfg.max_len_b).long().clamp(max=positions - 1)  # (B,)
     return prefix_limits(lengths, prefix, cfg.max_len_b, positions)
 
 

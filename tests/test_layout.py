@@ -21,6 +21,7 @@ LAYERS = {
         "plumbing.engine_fields",
         "plumbing.spelling",
         "plumbing.seeds",
+        "plumbing.memory",
     ],
     "The translator's core": [
         "metrics",

@@ -451,3 +451,20 @@ def test_both_directions_trains_on_the_reversed_pairs_too(tiny_config, tmp_path)
     one_way = tmp_path / "one-way"
     train(tiny_config("train.max_steps=1", "model.output_pieces=target"), one_way)
     assert len(weights(run / "last.pt")["output.ids"]) > len(weights(one_way / "last.pt")["output.ids"])
+
+
+def test_each_log_window_hands_the_heaps_free_pages_back(tmp_path, tiny, monkeypatch):
+    """mt.plumbing.memory: the loop trims glibc's heap once a log window, on every rank."""
+    calls = []
+    monkeypatch.setattr(mt.training.train, "release_freed_memory", lambda: calls.append(1))
+    cfg = load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=6", "train.log_every=2"])
+    train(cfg, tmp_path / "run")
+    assert len(calls) == 3
+
+
+def test_the_heap_is_trimmed_where_the_c_library_is_glibc():
+    import platform
+
+    from mt.plumbing.memory import release_freed_memory
+
+    assert release_freed_memory() == (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc")

@@ -27,6 +27,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt.config import RunConfig, TrainConfig
 from mt.metrics import HEADLINE, PRIMARY, label
+from mt.plumbing.memory import release_freed_memory
 from mt.run import checkpoint
 from mt.run.card import read_card
 from mt.run.progress import Progress, Window
@@ -80,7 +81,8 @@ def count_update(s: Session, stats: StepStats, seconds: float) -> None:
 
 
 def log_train(s: Session, bar: tqdm) -> None:
-    """The train line: metrics.jsonl, the log, and the progress bar; then a new window."""
+    """The train line: metrics.jsonl, the log, and the progress bar; then a new window, and the heap's
+    free pages handed back."""
     p, w = s.progress, s.progress.window
     loss, nll = w.loss / w.tgt, w.nll / w.tgt
     lr = s.optimizer.param_groups[0]["lr"]
@@ -116,6 +118,7 @@ def log_train(s: Session, bar: tqdm) -> None:
     )
     bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:.0f}", eta=clock(eta))
     p.window = Window()
+    release_freed_memory()  # a CPU's bf16 leaves freed blocks in the heap: mt.plumbing.memory
 
 
 def clock(seconds: float) -> str:
