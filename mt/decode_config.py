@@ -76,8 +76,8 @@ class DecodeConfig:
         "",
         "chrf",
         "bleu",
-        help="minimum Bayes risk (mt.rerank): of the beam's hypotheses (and --mbr-samples), the one "
-        "with the highest mean sentence chrF or BLEU against all of them; off by default",
+        help="minimum Bayes risk (mt.rescoring.rerank): of the beam's hypotheses (and --mbr-samples), the "
+        "one with the highest mean sentence chrF or BLEU against all of them; off by default",
     )
     mbr_samples: int = within(
         0,

@@ -48,9 +48,9 @@ from mt.output_pieces import written_pieces
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.plumbing.files import file_sha256
 from mt.plumbing.spelling import KEYWORD, Spelling
-from mt.rerank import Reverse, chosen_search
+from mt.rescoring.rerank import Reverse, chosen_search
+from mt.rescoring.score import Scored, score_lines
 from mt.run.folder import checkpoint_path, load_run, open_reverse
-from mt.score import Scored, score_lines
 from mt.sentences import join_lines, join_texts, sentences_of, splitter
 from mt.tokenizer import Tokenizer
 from mt.translate import translate_lines, translate_nbest
@@ -71,7 +71,7 @@ class Translator:
     tokenizer, model  the run's tokenizer (target-side text cut into the pieces every model writes)
                       and torch model (scoring, attention and alignments use it)
     searcher          what translation searches with: `model`, an Ensemble with it, or a Ct2Model
-    reverse           decode.rerank's runs, opened (mt.rerank), which score candidates the other way
+    reverse           decode.rerank's runs, opened (mt.rescoring.rerank), which score candidates the other way
     """
 
     run: Path
@@ -181,7 +181,7 @@ class Translator:
     def _by_sentence(self, nbest: bool, lines: list[str], prefixes: list[str] | None, decode: DecodeConfig):
         """Each line's translation (`nbest`: its n-best) searched over the lines, or with
         decode.split_sentences over their sentences, joined; with decode.mbr or decode.rerank a line's
-        translation is chosen among its candidates (mt.rerank)."""
+        translation is chosen among its candidates (mt.rescoring.rerank)."""
         search, join = (translate_nbest, join_best) if nbest else (translate_lines, join_texts)
         if decode.mbr or decode.rerank:
             search = chosen_search(nbest, self.reverse, self.config.bleu_tokenize)

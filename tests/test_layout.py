@@ -41,7 +41,7 @@ LAYERS = {
         "decode",
         "translate",
     ],
-    "Scoring and choosing": ["score", "rerank"],
+    "Rescoring": ["rescoring.score", "rescoring.rerank"],
     "The run folder": [
         "run.names",
         "run.records",
@@ -178,13 +178,13 @@ def test_the_readme_map_is_the_tree():
 
 
 def test_folders_are_layers():
-    """A folder of mt/ holds modules of one layer: all of it (plumbing, run, training, serving), or a
-    group within it (generated in the core, ct2 and report among the users of a run)."""
-    for folder in ("plumbing", "generated", "run", "training", "ct2", "report", "serving"):
+    """A folder of mt/ holds modules of one layer: all of it (plumbing, rescoring, run, training,
+    serving), or a group within it (generated in the core, ct2 and report among the users of a run)."""
+    for folder in ("plumbing", "generated", "rescoring", "run", "training", "ct2", "report", "serving"):
         owners = [name for name, layer in LAYERS.items() if any(m.startswith(folder + ".") for m in layer)]
         in_folder = {m for m in modules() if m.startswith(folder + ".")}
         assert len(owners) == 1 and in_folder <= set(LAYERS[owners[0]]), folder
-        if folder in ("plumbing", "run", "training", "serving"):
+        if folder in ("plumbing", "rescoring", "run", "training", "serving"):
             assert in_folder == set(LAYERS[owners[0]]), folder
 
 

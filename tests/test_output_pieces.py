@@ -18,7 +18,7 @@ from mt.data import load_split
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.output_pieces import target_pieces
-from mt.score import score_lines, score_pairs
+from mt.rescoring.score import score_lines, score_pairs
 from mt.training.corpus import learn_tokenizer
 from mt.training.step import batch_loss
 from mt.training.train import train

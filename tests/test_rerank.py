@@ -1,4 +1,4 @@
-"""mt/rerank.py: MBR's utilities equal sacreBLEU's sentence scores, MBR and reranking choose what a
+"""mt/rescoring/rerank.py: MBR's utilities equal sacreBLEU's sentence scores, MBR and reranking choose what a
 hand computation over the same candidates chooses, weight 0 reranks as the beam ranks, and `mt tune`
 scores each of them as the run then translates."""
 
@@ -21,7 +21,7 @@ from mt.data import load_split
 from mt.decode_config import DecodeConfig, decoding
 from mt.evaluate import evaluate_run
 from mt.plumbing.errors import ConfigError, RunDirError
-from mt.rerank import Candidate, bleu_matrix, channel_scores, chrf_matrix, expected_utilities
+from mt.rescoring.rerank import Candidate, bleu_matrix, channel_scores, chrf_matrix, expected_utilities
 from mt.run.card import read_card, update_card
 from mt.run.folder import result_name, runs_from, stored_runs
 from mt.run.names import chooser_text, evaluation_name
@@ -44,7 +44,7 @@ TEXTS = [
 
 
 def test_the_private_sacrebleu_step_the_bleu_matrix_rests_on_is_still_there():
-    """mt.rerank.bleu_matrix tokenizes with sacreBLEU's private `BLEU._preprocess_segment`, written
+    """mt.rescoring.rerank.bleu_matrix tokenizes with sacreBLEU's private `BLEU._preprocess_segment`, written
     against sacreBLEU 2.6.0 (pyproject accepts >= 2.4): on another version this says whether the step
     still exists and still gives the words sentence_bleu counts."""
     from sacrebleu.metrics import BLEU

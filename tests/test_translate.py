@@ -19,7 +19,7 @@ from mt.cli import main
 from mt.config import EOS
 from mt.decode_config import DecodeConfig
 from mt.metrics import corpus_scores
-from mt.score import score_pairs
+from mt.rescoring.score import score_pairs
 from mt.translate import search_lines, split_pieces, translate_lines, translate_nbest
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -48,10 +48,10 @@ DECODE_FIELDS = {
     "sample": Unsupported("one random stream a process: a line's draws would depend on its batch"),
     "temperature": ByMt("changes nothing without sample"),
     "seed": ByMt("changes nothing without sample"),
-    "mbr": Unsupported("it chooses among mt's own search's candidates (mt.rerank)"),
+    "mbr": Unsupported("it chooses among mt's own search's candidates (mt.rescoring.rerank)"),
     "mbr_samples": ByMt("changes nothing without mbr"),
     "mbr_temperature": ByMt("changes nothing without mbr"),
-    "rerank": Unsupported("it chooses among mt's own search's candidates (mt.rerank)"),
+    "rerank": Unsupported("it chooses among mt's own search's candidates (mt.rescoring.rerank)"),
     "rerank_weight": ByMt("changes nothing without rerank"),
     "split_sentences": ByMt("mt.sentences, before and after the search"),
 }

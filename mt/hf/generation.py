@@ -21,7 +21,9 @@ from mt.plumbing.engine_fields import Approximated, ByMt, Carried, Unsupported, 
 from mt.translate import search_lines
 
 AT = "generate"  # the call that the table's entries carry arguments to: generation_config.json's
-CHOOSES_AFTER = "mt chooses among its own search's candidates after it (mt.rerank); generate searches alone"
+CHOOSES_AFTER = (
+    "mt chooses among its own search's candidates after it (mt.rescoring.rerank); generate searches alone"
+)
 # the penalties tried in Transformers' formula, 0 to 3 by 0.05
 HF_PENALTIES = tuple(round(0.05 * k, 2) for k in range(61))
 

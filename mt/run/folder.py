@@ -44,7 +44,7 @@ from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.plumbing.errors import RunDirError, WriteError
 from mt.plumbing.files import write_failure
-from mt.rerank import Reverse
+from mt.rescoring.rerank import Reverse
 from mt.run.card import card_tuning
 from mt.run.checkpoint import build_model, load_checkpoint, stored_config
 from mt.run.metrics_log import MetricsLog, keep_metrics_until

@@ -1,12 +1,14 @@
-"""Finishing a training run: the outcome logged, the card's training record with its compute written,
-the last models averaged (train.average_last), and the summary `train` returns."""
+"""Finishing a training run: why it stops (the budget, the wall-clock cap, patience), the outcome
+logged, the card's training record with its compute written, the last models averaged
+(train.average_last), and the summary `train` returns."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from mt.metrics import PRIMARY
+from mt.config import TrainConfig
+from mt.metrics import PRIMARY, label
 from mt.model import count_parameters
 from mt.plumbing.errors import RunDirError
 from mt.run import checkpoint
@@ -18,6 +20,35 @@ from mt.training.compute import card_pipeline, pipeline_multiply_adds, training_
 from mt.training.session import Session, best_so_far
 
 log = logging.getLogger(__name__)
+
+
+def time_capped(t: TrainConfig, p: Progress) -> bool:
+    """Whether train.max_minutes, the wall-clock cap, has run out before the budget, train.max_steps."""
+    return bool(t.max_minutes) and p.elapsed_s >= 60 * t.max_minutes and p.step < t.max_steps
+
+
+def stop_reason(t: TrainConfig, p: Progress) -> str:
+    """Why training stops now ("" = it goes on)."""
+    if p.step >= t.max_steps:
+        return f"reached train.max_steps={t.max_steps}"
+    if time_capped(t, p):
+        return f"reached train.max_minutes={t.max_minutes}"
+    if t.patience and p.bad_validations >= t.patience:
+        return f"no val {label(t.best_metric)} gain in {t.patience} validations (train.patience)"
+    return ""
+
+
+def warn_time_capped(t: TrainConfig, p: Progress) -> None:
+    """A run the time cap stopped is not the model its config names: say so, and how to finish it."""
+    log.warning(
+        "train.max_minutes=%g stopped training at step %d of its budget, train.max_steps=%d (%.0f%%): "
+        "this is not the model the config names (the schedule is set for the whole budget); run the same "
+        "command with --set train.max_minutes=0 to resume and finish it",
+        t.max_minutes,
+        p.step,
+        t.max_steps,
+        100 * p.step / t.max_steps,
+    )
 
 
 def finish(s: Session, stop: str, interrupted: str) -> dict:

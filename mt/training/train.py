@@ -26,14 +26,14 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt.config import RunConfig, TrainConfig
-from mt.metrics import HEADLINE, PRIMARY, label
+from mt.metrics import HEADLINE, PRIMARY
 from mt.plumbing.memory import release_freed_memory
 from mt.run import checkpoint
 from mt.run.card import read_card
 from mt.run.progress import Progress, Window
 from mt.run.resume import Resumed, resume_checkpoint
 from mt.training import distributed
-from mt.training.finish import finish, summary
+from mt.training.finish import finish, stop_reason, summary, time_capped, warn_time_capped
 from mt.training.session import Session, best_so_far, save, setup, write_metrics
 from mt.training.step import StepStats, learning_rate, train_step
 from mt.training.tuning import tune_unless_tuned
@@ -183,35 +183,6 @@ def validate_and_save(s: Session) -> None:
         save(s, "best.pt")
     if s.ranks.main and s.cfg.train.keep_last:
         checkpoint.keep_model(s.run_dir, s.cfg, s.model, s.tokenizer, p, s.cfg.train.keep_last)
-
-
-def time_capped(t: TrainConfig, p: Progress) -> bool:
-    """Whether train.max_minutes, the wall-clock cap, has run out before the budget, train.max_steps."""
-    return bool(t.max_minutes) and p.elapsed_s >= 60 * t.max_minutes and p.step < t.max_steps
-
-
-def stop_reason(t: TrainConfig, p: Progress) -> str:
-    """Why training stops now ("" = it goes on)."""
-    if p.step >= t.max_steps:
-        return f"reached train.max_steps={t.max_steps}"
-    if time_capped(t, p):
-        return f"reached train.max_minutes={t.max_minutes}"
-    if t.patience and p.bad_validations >= t.patience:
-        return f"no val {label(t.best_metric)} gain in {t.patience} validations (train.patience)"
-    return ""
-
-
-def warn_time_capped(t: TrainConfig, p: Progress) -> None:
-    """A run the time cap stopped is not the model its config names: say so, and how to finish it."""
-    log.warning(
-        "train.max_minutes=%g stopped training at step %d of its budget, train.max_steps=%d (%.0f%%): "
-        "this is not the model the config names (the schedule is set for the whole budget); run the same "
-        "command with --set train.max_minutes=0 to resume and finish it",
-        t.max_minutes,
-        p.step,
-        t.max_steps,
-        100 * p.step / t.max_steps,
-    )
 
 
 # validations in a row whose loss stays above the lowest so far before the log calls it overfitting

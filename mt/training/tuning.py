@@ -10,8 +10,8 @@ into the run's card, its one home: `tuning`, keyed by the checkpoint file's sha2
 setting tried, its BLEU, chrF and length ratio. Every command and the Python API open the run with
 it over config.yaml's decode section (mt.run.folder.run_decoding), for that checkpoint only; an
 explicit flag or keyword still wins. The test split is never looked at. `mt tune --mbr --rerank RUN`
-adds MBR and reranking (mt.rerank) to what is chosen among, each row with the options it sets (`TUNED`)
-and its seconds. What is tried is one table, `Grid`, that `mt tune`'s flags fill.
+adds MBR and reranking (mt.rescoring.rerank) to what is chosen among, each row with the options it
+sets (`TUNED`) and its seconds. What is tried is one table, `Grid`, that `mt tune`'s flags fill.
 """
 
 from __future__ import annotations
@@ -30,7 +30,16 @@ from mt.metrics import HEADLINE, PRIMARY, best_of, corpus_scores
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.files import file_sha256
-from mt.rerank import Reverse, beam_pool, channel_scores, choose, ranked, reverse_logprobs, sample_pool
+from mt.rescoring.rerank import (
+    Lines,
+    Reverse,
+    beam_pool,
+    channel_scores,
+    choose,
+    ranked,
+    reverse_logprobs,
+    sample_pool,
+)
 from mt.run.card import card_tuning, update_card
 from mt.run.folder import checkpoint_path, load_run, open_reverse, stored_runs
 from mt.run.names import evaluation_name
@@ -93,6 +102,10 @@ class Val:
     src: list[str]
     ref: list[str]
     tokenize: str  # cfg.bleu_tokenize, read (a named one that is not installed: refused) before decoding
+
+    def lines(self) -> Lines:
+        """Val's sources as a pool is searched for them (mt.rescoring.rerank)."""
+        return Lines(self.model, self.tokenizer, self.src, self.cfg.data.max_len)
 
 
 def try_settings(val: Val, grid: Grid) -> list[dict]:
@@ -217,7 +230,7 @@ def chooser_settings(val: Val, tried: list[dict], grid: Grid, reverse: Reverse, 
     for beam in grid.pool_beams():
         base = replace(val.cfg.decode, beam=beam, length_penalty=alpha, n_best=1)
         start = time.perf_counter()
-        beamed = beam_pool(val.model, val.tokenizer, val.src, base, val.cfg.data.max_len)
+        beamed = beam_pool(val.lines(), base)
         searched = (beamed, time.perf_counter() - start)
         if grid.mbr and beam == first:
             found += mbr_settings(val, base, searched, grid)
@@ -233,7 +246,7 @@ def mbr_settings(val: Val, base: DecodeConfig, searched: tuple, grid: Grid) -> F
     draws = max(grid.samples)
     start = time.perf_counter()
     draw = replace(base, mbr_samples=draws)
-    drawn = sample_pool(val.model, val.tokenizer, val.src, draw, val.cfg.data.max_len) if draws else beamed
+    drawn = sample_pool(val.lines(), draw) if draws else beamed
     draw_s = time.perf_counter() - start
     found = []
     for samples in grid.samples:

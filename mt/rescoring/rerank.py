@@ -36,12 +36,13 @@ import torch
 from mt.decode import length_penalty
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
-from mt.score import score_pairs
+from mt.rescoring.score import score_pairs
 from mt.tokenizer import Tokenizer
 from mt.translate import Engine, as_written, search_lines
 
 CHRF_ORDER, CHRF_BETA, BLEU_ORDER = 6, 2, 4  # sacreBLEU's defaults: chrF (not chrF++) and BLEU
 Reverse = list[tuple[Tokenizer, Seq2Seq]]  # the reverse runs' tokenizers and models
+Searcher = Seq2Seq | Engine  # what `search_lines` searches: mt's model, or another engine's
 
 
 @dataclass
@@ -51,29 +52,32 @@ class Candidate:
     pieces: int  # the length its beam's length penalty counted: its pieces, and eos where written
 
 
-def candidate_pool(
-    searcher: Seq2Seq | Engine,
-    tokenizer: Tokenizer,
-    lines: list[str],
-    decode: DecodeConfig,
-    max_source: int | None = None,
-    prefixes: list[str] | None = None,
-) -> list[list[Candidate]]:
+@dataclass
+class Lines:
+    """What a pool is searched for, and by what: the lines, mt's model or another engine with its
+    tokenizer, each line's forced prefix (None: none) and the source's piece limit (None: the model's)."""
+
+    searcher: Searcher
+    tokenizer: Tokenizer
+    lines: list[str]
+    max_source: int | None = None
+    prefixes: list[str] | None = None
+
+
+def candidate_pool(src: Lines, decode: DecodeConfig) -> list[list[Candidate]]:
     """Each line's candidates: its beam's hypotheses, then its MBR samples (`decode`'s pool)."""
-    found = beam_pool(searcher, tokenizer, lines, decode, max_source, prefixes)
+    found = beam_pool(src, decode)
     if decode.mbr_samples:
-        drawn = sample_pool(searcher, tokenizer, lines, decode, max_source, prefixes)
-        found = [beamed + sampled for beamed, sampled in zip(found, drawn)]
+        found = [beamed + sampled for beamed, sampled in zip(found, sample_pool(src, decode))]
     return found
 
 
-def beam_pool(searcher, tokenizer, lines, decode, max_source=None, prefixes=None) -> list[list[Candidate]]:
+def beam_pool(src: Lines, decode: DecodeConfig) -> list[list[Candidate]]:
     """Each line's beam's decode.beam hypotheses, best first (greedy's one where decode.beam is 1)."""
-    search = replace(decode, n_best=decode.beam, mbr="", mbr_samples=0, rerank="")
-    return _candidates(searcher, tokenizer, lines, search, max_source, prefixes)
+    return _candidates(src, replace(decode, n_best=decode.beam, mbr="", mbr_samples=0, rerank=""))
 
 
-def sample_pool(searcher, tokenizer, lines, decode, max_source=None, prefixes=None) -> list[list[Candidate]]:
+def sample_pool(src: Lines, decode: DecodeConfig) -> list[list[Candidate]]:
     """Each line's decode.mbr_samples draws at decode.mbr_temperature, in the order drawn (the first k
     of n draws are the k draws: each draw has its own seed)."""
     draw = replace(
@@ -86,11 +90,14 @@ def sample_pool(searcher, tokenizer, lines, decode, max_source=None, prefixes=No
         mbr_samples=0,
         rerank="",
     )
-    return _candidates(searcher, tokenizer, lines, draw, max_source, prefixes)
+    return _candidates(src, draw)
 
 
-def _candidates(searcher, tokenizer, lines, decode, max_source, prefixes) -> list[list[Candidate]]:
-    found = search_lines(searcher, tokenizer, lines, decode, max_source_pieces=max_source, prefixes=prefixes)
+def _candidates(src: Lines, decode: DecodeConfig) -> list[list[Candidate]]:
+    tokenizer, prefixes = src.tokenizer, src.prefixes
+    found = search_lines(
+        src.searcher, tokenizer, src.lines, decode, max_source_pieces=src.max_source, prefixes=prefixes
+    )
     pool = []
     for i, hyps in enumerate(found):
         texts = tokenizer.decode([h.tokens for h in hyps])
@@ -193,7 +200,9 @@ def reverse_logprobs(
     return found
 
 
-def channel_scores(pool: list[list[Candidate]], backward: list[list[float]], weight: float, alpha: float):
+def channel_scores(
+    pool: list[list[Candidate]], backward: list[list[float]], weight: float, alpha: float
+) -> list[list[float]]:
     """Reranking's score of each candidate (see the module's docstring); weight 0 leaves out the reverse
     term even where it is -inf (a pair longer than the reverse model's positions), as the beam ranks."""
     return [
@@ -233,8 +242,15 @@ def chosen_search(nbest: bool, reverse: Reverse, tokenize: str) -> Callable:
     (decode.mbr, decode.rerank), answering as translate_nbest does where `nbest`, else as
     translate_lines."""
 
-    def search(searcher, tokenizer, lines, decode, max_source=None, prefixes=None):
-        pool = candidate_pool(searcher, tokenizer, lines, decode, max_source, prefixes)
+    def search(
+        searcher: Searcher,
+        tokenizer: Tokenizer,
+        lines: list[str],
+        decode: DecodeConfig,
+        max_source: int | None = None,
+        prefixes: list[str] | None = None,
+    ):
+        pool = candidate_pool(Lines(searcher, tokenizer, lines, max_source, prefixes), decode)
         found = choose(pool, lines, decode, reverse, tokenize)
         return found if nbest else [line[0][0] for line in found]
 
