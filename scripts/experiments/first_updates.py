@@ -9,14 +9,15 @@ precision, the same seed), without validation, and times each update and each wa
 
 It prints one JSON line: updates on a shape met for the first time (count, seconds) against updates on
 a shape seen before (count, seconds, tokens/s), the seconds spent waiting for batches, tokens/s per
-window of `--window` updates, and the process's peak RSS. `--trim-every N` calls glibc's malloc_trim
-every N updates (the allocator lever of docs/cpu-speed, measured alone).
+window of `--window` updates, the process's peak RSS and its resident memory at the end by kind of
+mapping (heap, anonymous, JIT code, libraries). `--trim-every N` calls glibc's malloc_trim
+every N updates (`mt.plumbing.memory.release_freed_memory`, which `mt train` calls at every log
+window: this loop calls it only when asked, so that the lever is measured alone).
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import resource
 import sys
@@ -31,9 +32,35 @@ from mt.config import load_config  # noqa: E402
 from mt.devices import resolve_device, set_precision  # noqa: E402
 from mt.model import Seq2Seq  # noqa: E402
 from mt.output_pieces import target_pieces  # noqa: E402
+from mt.plumbing.memory import release_freed_memory  # noqa: E402
 from mt.training import corpus  # noqa: E402
 from mt.training.epochs import BatchStream  # noqa: E402
 from mt.training.step import learning_rate, train_step  # noqa: E402
+
+
+def resident_by_kind() -> dict[str, int]:
+    """This process's resident memory now, MB, by kind of mapping (/proc/self/smaps): glibc's main heap,
+    anonymous memory (other arenas, large blocks, tensors), anonymous executable memory (JIT-compiled
+    code: oneDNN's kernels), shared libraries and other files."""
+    found, kind = {}, "other"
+    for line in open("/proc/self/smaps"):
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5:  # a mapping's header: address perms offset dev inode [path]
+            path, perms = (fields[5] if len(fields) > 5 else ""), fields[1]
+            kind = (
+                "heap"
+                if path == "[heap]"
+                else ("anonymous, executable" if "x" in perms else "anonymous")
+                if not path
+                else "stack"
+                if path.startswith("[stack")
+                else "libraries"
+                if ".so" in path
+                else "files and other"
+            )
+        elif fields[0] == "Rss:":
+            found[kind] = found.get(kind, 0) + int(fields[1])
+    return {k: round(v / 1024) for k, v in sorted(found.items())}
 
 
 def main() -> None:
@@ -43,7 +70,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=100)
     parser.add_argument("--precision", default="bf16")
     parser.add_argument("--set", action="append", default=[])
-    parser.add_argument("--trim-every", type=int, default=0, help="glibc's malloc_trim(0) every N updates")
+    parser.add_argument(
+        "--trim-every", type=int, default=0, help="hand the heap's free pages back every N updates"
+    )
     args = parser.parse_args()
     cfg = load_config(args.config, [*args.set, f"train.precision={args.precision}"])
     device = resolve_device("cpu")
@@ -56,7 +85,6 @@ def main() -> None:
     set_precision(device, args.precision)
     stream = BatchStream.training(pairs, cfg, device)
 
-    libc = ctypes.CDLL("libc.so.6") if args.trim_every else None
     seen, position = set(), (0, 0)
     new = {"updates": 0, "seconds": 0.0, "tokens": 0}
     old = {"updates": 0, "seconds": 0.0, "tokens": 0}
@@ -80,7 +108,7 @@ def main() -> None:
         )
         window_tokens, window_seconds = window_tokens + stats.tokens, window_seconds + seconds
         if args.trim_every and step % args.trim_every == 0:
-            libc.malloc_trim(0)  # glibc hands the heap's free pages back to the system
+            release_freed_memory()  # what mt's training loop does at each log window
         if step % args.window == 0:
             windows.append(round(window_tokens / window_seconds))
             window_tokens, window_seconds = 0, 0.0
@@ -95,6 +123,7 @@ def main() -> None:
         "waited_s": round(waited, 2),
         "trim_every": args.trim_every,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "rss_now_mb_by_kind": resident_by_kind(),
         "tokens_per_s_by_window": windows,
     }
     print(json.dumps(report))
