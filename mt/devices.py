@@ -18,11 +18,17 @@ from torch import Tensor, nn
 log = logging.getLogger(__name__)
 
 
-# oneDNN compiles a kernel for each bf16 matmul shape it meets and keeps 1,024 of them by default; an
-# epoch of the default's batches meets thousands (each batch shape's rows times every weight, forward and
-# backward), so past the cache every update compiled its kernels anew and bf16 ran at fp32's speed
-# (docs/cpu-speed, issue 83). Read when oneDNN makes its first kernel: set before that, unless the user did.
-ONEDNN_KERNELS = 1 << 15
+# oneDNN compiles kernels for each bf16 matmul shape it meets and keeps ONEDNN_PRIMITIVE_CACHE_CAPACITY of
+# them; ideep, torch's layer over it, keeps what it set up per shape too (LRU_CACHE_CAPACITY); 1,024 each by
+# default. An epoch of the default's batches meets thousands (each batch shape's rows times every weight,
+# forward and backward). On an AMX Xeon a kernel is dear to build: past oneDNN's cache every update built its
+# kernels anew and bf16 ran at fp32's speed, so it keeps 32,768 (docs/cpu-speed, issue 83). With AVX512-BF16
+# alone (a Zen 4) building is cheap and the two caches held 0.5 GB for nothing: 64 each ran as fast, with
+# fp32's heap (issue 94). Read when the first kernel is made: set before that, unless the user did.
+KERNEL_CACHES = {
+    "amx": {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32768"},
+    "avx512_bf16": {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64"},
+}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -40,11 +46,13 @@ def native_precisions(device: torch.device) -> list[str]:
         return (
             ["fp32", "tf32", "bf16", "fp16"] if torch.cuda.is_bf16_supported() else ["fp32", "tf32", "fp16"]
         )
-    native_bf16 = any(
-        getattr(torch.cpu, name, lambda: False)()
-        for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    )
-    return ["fp32", "bf16"] if native_bf16 else ["fp32"]
+    return ["fp32", "bf16"] if cpu_has("avx512_bf16") or cpu_has("amx_tile") else ["fp32"]
+
+
+def cpu_has(feature: str) -> bool:
+    """Whether torch's CPU feature checks report `feature` ("avx512_bf16", "amx_tile"); older torch has
+    fewer checks, and a missing one is a no."""
+    return getattr(torch.cpu, f"_is_{feature}_supported", lambda: False)()
 
 
 def ran_precision(device: torch.device, precision: str) -> str:
@@ -66,9 +74,9 @@ def autocast(device: torch.device, precision: str):
 
 def set_precision(device: torch.device, precision: str) -> None:
     """TF32 matmuls and convolutions on CUDA only when asked for (fp32 means fp32), and attention without
-    cuDNN's kernels; bf16 on a CPU with room for oneDNN's kernels (ONEDNN_KERNELS); a precision this
-    device only emulates is one warning. torch >= 2.9 sets TF32 through
-    fp32_precision, older torch through allow_tf32: the two must not be mixed."""
+    cuDNN's kernels; bf16 on a CPU with the kernel caches its kind needs (KERNEL_CACHES); a
+    precision this device only emulates is one warning. torch >= 2.9 sets TF32 through fp32_precision,
+    older torch through allow_tf32: the two must not be mixed."""
     precision = ran_precision(device, precision)
     if precision not in native_precisions(device):
         log.warning(
@@ -78,7 +86,8 @@ def set_precision(device: torch.device, precision: str) -> None:
             ", ".join(native_precisions(device)),
         )
     if device.type == "cpu" and precision == "bf16":
-        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNELS))
+        for name, capacity in KERNEL_CACHES["amx" if cpu_has("amx_tile") else "avx512_bf16"].items():
+            os.environ.setdefault(name, capacity)
     if device.type != "cuda":
         return
     # cuDNN's attention (bf16/fp16) builds a plan for each new batch shape on the host: on an H100 it
