@@ -18,13 +18,11 @@ from torch import Tensor, nn
 log = logging.getLogger(__name__)
 
 
-# oneDNN compiles kernels for each bf16 matmul shape it meets and keeps ONEDNN_PRIMITIVE_CACHE_CAPACITY of
-# them; ideep, torch's layer over it, keeps what it set up per shape too (LRU_CACHE_CAPACITY); 1,024 each by
-# default. An epoch of the default's batches meets thousands (each batch shape's rows times every weight,
-# forward and backward). On an AMX Xeon a kernel is dear to build: past oneDNN's cache every update built its
-# kernels anew and bf16 ran at fp32's speed, so it keeps 32,768 (docs/cpu-speed, issue 83). With AVX512-BF16
-# alone (a Zen 4) building is cheap and the two caches held 0.5 GB for nothing: 64 each ran as fast, with
-# fp32's heap (issue 94). Read when the first kernel is made: set before that, unless the user did.
+# oneDNN keeps the kernels it built for each bf16 matmul shape (ONEDNN_PRIMITIVE_CACHE_CAPACITY), and ideep,
+# torch's layer over it, its per-shape setup (LRU_CACHE_CAPACITY): 1,024 each by default, where an epoch meets
+# thousands of shapes. An AMX Xeon builds kernels dearly (at 1,024 bf16 ran at fp32's speed: issue 83); with
+# AVX512-BF16 alone, 64 in each ran as fast and held 0.6 GB less (issue 94, docs/cpu-speed). Read when the
+# first kernel is made: set before that, unless the user did.
 KERNEL_CACHES = {
     "amx": {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32768"},
     "avx512_bf16": {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64"},
