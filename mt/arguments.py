@@ -9,9 +9,11 @@ import dataclasses
 import difflib
 
 from mt import __version__
-from mt.decode_config import QUANTIZATIONS, DecodeConfig
+from mt.decode_config import COMPUTE_TYPES, DecodeConfig
 from mt.plumbing.schema import fields_of
 from mt.serving.limits import ServeLimits
+
+QUANTIZATIONS = ("none", *COMPUTE_TYPES[1:])  # what `mt export --quantization` stores
 
 
 def _serve_options(p: argparse.ArgumentParser) -> None:
@@ -41,6 +43,12 @@ def _export_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--out", help="model directory (default: RUN/ct2 or RUN/hf; --engine ctranslate2 reads RUN/ct2)"
+    )
+    p.add_argument(
+        "--score",
+        action="store_true",
+        help="--format hf: match the length penalty on val with mt's beam and score the folder's own "
+        "generate on test for its card (minutes on Multi30k; without it, seconds and no scores)",
     )
 
 

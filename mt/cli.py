@@ -93,9 +93,34 @@ def _open(args: argparse.Namespace, **more):
     return Translator.from_run(args.run, args.checkpoint, spelling=COMMAND_LINE, **options)
 
 
-def cmd_translate(args: argparse.Namespace) -> None:
-    from mt.data import input_lines
+def input_lines(path: str | None) -> list[str]:
+    """What a command reads as its input (the file `path`, or stdin for None) as lines, split on
+    newlines only, not normalised; gzip data (a .gz file, or bytes that start as gzip does) is
+    decompressed; invalid UTF-8 is replaced (U+FFFD) with a warning, where `read_lines` refuses it (a
+    user's text to translate is taken as it comes, a corpus is not)."""
+    from mt.data import gunzip, text_lines
 
+    name = path or "<stdin>"
+    if path is None:
+        raw = sys.stdin.buffer.read()
+    else:
+        try:
+            raw = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: input file not found") from None
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read input ({e.strerror or e})") from None
+    if raw.startswith(b"\x1f\x8b") or (path or "").endswith(".gz"):  # 1f 8b never starts UTF-8 text
+        raw = gunzip(raw, name)
+    lines = text_lines(raw.decode("utf-8", errors="replace"))
+    bad = [i + 1 for i, line in enumerate(lines) if "\ufffd" in line]
+    if bad:
+        where = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        log.warning("%s: invalid UTF-8 on line %s, replaced with U+FFFD", name, where)
+    return lines
+
+
+def cmd_translate(args: argparse.Namespace) -> None:
     _setup_logging()
     # an input file is read before the model loads (a wrong path fails fast); stdin after (a bad run
     # directory is reported before waiting on a terminal)
@@ -191,7 +216,7 @@ def cmd_export(args: argparse.Namespace) -> None:
     _setup_logging()
     # CTranslate2 takes the weights from host memory; neither export carries reranking, so its runs stay shut
     translator = _open(args, engine="torch", device="cpu", rerank="")
-    print(f"wrote {translator.export(args.quantization, args.out, args.format)}")
+    print(f"wrote {translator.export(args.quantization, args.out, args.format, score=args.score)}")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
@@ -261,10 +286,13 @@ def cmd_tune(args: argparse.Namespace) -> None:
 
 def _print_tuning(run: str | Path, tuning: dict) -> None:
     from mt.metrics import PRIMARY
+    from mt.run.folder import runs_from
 
     c = tuning["chosen"]
+    if c.get("rerank"):  # stored from the run's folder: named here from the working one
+        c = {**c, "rerank": runs_from(c["rerank"], Path(run))}
     print(
-        f"{run}: beam {c['beam']}, length penalty {c['length_penalty']:g}{chooser_text(c)} "
+        f"{run}: beam {c['beam']}, length penalty {c['length_penalty']:g}{chooser_text(c, run)} "
         f"(val {PRIMARY.label} {c[PRIMARY.key]:.2f}, length ratio {c['length_ratio']:.3f}; best of "
         f"{len(tuning['tried'])} tried); the run now translates with them unless told otherwise",
         file=sys.stderr,

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import re
-import sys
 import urllib.request
 import zlib
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Iterator, Union
 from mt.config import DataConfig
 from mt.generated.synthetic import generated_corpus
 from mt.generated.toy import toy_corpus
-from mt.plumbing.errors import ConfigError, DataError
+from mt.plumbing.errors import DataError
 from mt.plumbing.files import file_sha256, write_bytes, write_failure
 
 log = logging.getLogger(__name__)
@@ -83,31 +82,6 @@ def gunzip(data: bytes, path: str | Path) -> bytes:
         return gzip.decompress(data)
     except (OSError, EOFError, zlib.error) as e:
         raise read_failure(Path(path), e) from None
-
-
-def input_lines(path: str | None) -> list[str]:
-    """What a command reads as its input (the file `path`, or stdin for None) as lines, split on
-    newlines only, not normalised; gzip data (a .gz file, or bytes that start as gzip does) is
-    decompressed; invalid UTF-8 is replaced (U+FFFD) with a warning, where `read_lines` refuses it (a
-    user's text to translate is taken as it comes, a corpus is not)."""
-    name = path or "<stdin>"
-    if path is None:
-        raw = sys.stdin.buffer.read()
-    else:
-        try:
-            raw = Path(path).read_bytes()
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: input file not found") from None
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read input ({e.strerror or e})") from None
-    if raw.startswith(b"\x1f\x8b") or (path or "").endswith(".gz"):  # 1f 8b never starts UTF-8 text
-        raw = gunzip(raw, name)
-    lines = text_lines(raw.decode("utf-8", errors="replace"))
-    bad = [i + 1 for i, line in enumerate(lines) if "\ufffd" in line]
-    if bad:
-        where = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-        log.warning("%s: invalid UTF-8 on line %s, replaced with U+FFFD", name, where)
-    return lines
 
 
 def iter_lines(path: str | Path) -> Iterator[str]:

@@ -31,7 +31,6 @@ COMPUTE_TYPES = (
     "float16",
     "bfloat16",
 )
-QUANTIZATIONS = ("none", *COMPUTE_TYPES[1:])  # what `mt export --quantization` stores
 
 # the options `mt tune` chooses and the card's tuning holds (mt.run.folder.run_decoding applies them)
 TUNED = ("beam", "length_penalty", "mbr", "mbr_samples", "mbr_temperature", "rerank", "rerank_weight")
@@ -163,22 +162,28 @@ def checked_options(options: dict[str, Any], spelling: Spelling) -> dict[str, An
     return given
 
 
-CHOOSERS = ("mbr", "mbr_samples", "rerank")  # what chooses a line's translation among its candidates
+# what chooses a line's translation among its candidates, each off
+NO_CHOOSER = {"mbr": "", "mbr_samples": 0, "rerank": ""}
 
 
 def implied(given: dict[str, Any]) -> dict[str, Any]:
     """What the options a user gives imply for those they leave to `decode` (a run's tuned beam, a
     server's defaults): sampling draws one token at a time (beam 1), and a beam searches (no sampling);
-    either one candidate a line (beam 1, a sample) chooses among none (no MBR, no reranking). So a
-    given option wins over a default together with what it needs; two given options that clash are
-    still refused."""
+    one candidate a line (beam 1, a sample) or another engine's search chooses among none (no MBR, no
+    reranking); MBR and reranking each replace the other. So a given option wins over a default
+    together with what it needs; two given options that clash are still refused."""
     found: dict[str, Any] = {}
     if given.get("sample") and "beam" not in given:
         found["beam"] = 1
     if given.get("beam", 1) > 1 and "sample" not in given:
         found["sample"] = ""
-    if (given.get("sample") or given.get("beam") == 1) and not set(CHOOSERS) & given.keys():
-        found |= {"mbr": "", "mbr_samples": 0, "rerank": ""}
+    one_way = given.get("sample") or given.get("beam") == 1 or given.get("engine", "torch") != "torch"
+    if one_way and not NO_CHOOSER.keys() & given.keys():
+        found |= NO_CHOOSER
+    if given.get("rerank"):  # reranking replaces MBR
+        found |= {key: NO_CHOOSER[key] for key in ("mbr", "mbr_samples") if key not in given}
+    if (given.get("mbr") or given.get("mbr_samples")) and "rerank" not in given:  # MBR replaces reranking
+        found["rerank"] = ""
     return found
 
 
@@ -230,8 +235,3 @@ def _check_choosing(decode: DecodeConfig, spelling: Spelling) -> None:
         raise ConfigError(
             f"{lead} has one candidate a line with beam 1: {spelling.fix('beam', 5)}{more}", chooser
         )
-
-
-def reverse_runs(rerank: str) -> list[str]:
-    """decode.rerank's runs: "runs/a,runs/b" -> ["runs/a", "runs/b"]."""
-    return [run.strip() for run in rerank.split(",") if run.strip()]

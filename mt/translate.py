@@ -57,9 +57,13 @@ def _join(hyps: list[Hypothesis]) -> Hypothesis:
 
 
 @torch.inference_mode()
-def source_parts(tokenizer: Tokenizer, lines: list[str], limit: int) -> tuple[list[int], list[list[int]]]:
-    """The lines' normalised pieces, a line longer than `limit` pieces split into parts (with a
-    warning): (the input line of each part, the parts); an empty line has none."""
+def source_parts(
+    tokenizer: Tokenizer, lines: list[str], model: Seq2Seq | Engine, max_source: int | None
+) -> tuple[list[int], list[list[int]]]:
+    """The lines' normalised pieces, a line longer than `max_source` pieces (and the model's positions,
+    less eos's) split into parts, with a warning: (the input line of each part, the parts); an empty
+    line has none."""
+    limit = min(max_source or model.cfg.max_positions, model.cfg.max_positions - 1)
     owner: list[int] = []
     parts: list[list[int]] = []
     for i, ids in enumerate(tokenizer.encode([normalize(line) for line in lines])):
@@ -102,8 +106,7 @@ def search_lines(
         return _draws(model, tokenizer, lines, cfg, use_cache, max_source_pieces, prefixes)
     was_training = model.training
     model.eval()
-    limit = min(max_source_pieces or model.cfg.max_positions, model.cfg.max_positions - 1)  # room for eos
-    owner, parts = source_parts(tokenizer, lines, limit)
+    owner, parts = source_parts(tokenizer, lines, model, max_source_pieces)
     forced = tokenizer.encode_target(prefixes) if prefixes else [[] for _ in lines]
     lengths = [len(p) + 1 for p in parts]
     found: list[list[Hypothesis]] = [[] for _ in parts]

@@ -232,10 +232,17 @@ class Translator:
         with self.lock:
             return attention_maps(self.model, self.tokenizer, lines, decode, self.device)
 
-    def export(self, quantization: str = "none", out: str | Path | None = None, format: str = "ct2") -> Path:
+    def export(
+        self,
+        quantization: str = "none",
+        out: str | Path | None = None,
+        format: str = "ct2",
+        score: bool = False,
+    ) -> Path:
         """`mt export`: the checkpoint as a CTranslate2 model directory (default RUN/ct2, which engine
         ctranslate2 reads), with a note of the checkpoint's file, its sha256 and the run's config; or
-        with format "hf" a Transformers model directory (default RUN/hf, mt.hf.card), at full precision."""
+        with format "hf" a Transformers model directory (default RUN/hf, mt.hf.card), at full precision,
+        its card scored by its own generate (and its length penalty matched on val) where `score`."""
         if format == "hf":
             if quantization not in ("none", "float32"):
                 raise ConfigError(
@@ -243,8 +250,10 @@ class Translator:
                 )
             with self.lock:
                 return export_run(
-                    self.run, self.config, self.tokenizer, self.model, Path(out or self.run / "hf")
+                    self.run, self.config, self.tokenizer, self.model, Path(out or self.run / "hf"), score
                 )
+        if score:
+            raise ConfigError("--score: only --format hf scores its export; leave it out", "score")
         folder = Path(out) if out else self.run / "ct2"
         note = {
             "checkpoint": self.checkpoint.name,
@@ -263,14 +272,19 @@ class Translator:
 
 def say_left_out(run: DecodeConfig, decode: DecodeConfig, options: dict, spelling: Spelling) -> None:
     """Log the MBR or reranking of the run's decoding (`mt tune`'s choice) that the options given leave
-    out by implication (beam 1 or a sample: one candidate a line, mt.decode_config.implied)."""
+    out by implication (mt.decode_config.implied): the other chooser, another engine, or one candidate
+    a line (beam 1, a sample)."""
     for key in ("mbr", "rerank"):
         if getattr(run, key) and not getattr(decode, key) and options.get(key) is None:
-            why = spelling.given("sample", decode.sample) if decode.sample else spelling.given("beam", 1)
-            log.warning(
-                f"{why} gives one candidate a line: translating without the run's "
-                f"{spelling.given(key, getattr(run, key))}"
-            )
+            other = "rerank" if key == "mbr" else "mbr"
+            if options.get(other):
+                why = f"{spelling.given(other, getattr(decode, other))} chooses the translation"
+            elif decode.engine != "torch":
+                why = f"{spelling.given('engine', decode.engine)} chooses among no candidates"
+            else:
+                how = spelling.given("sample", decode.sample) if decode.sample else spelling.given("beam", 1)
+                why = f"{how} gives one candidate a line"
+            log.warning(f"{why}: translating without the run's {spelling.given(key, getattr(run, key))}")
 
 
 def join_best(found: list[list[tuple[str, float]]]) -> list[tuple[str, float]]:

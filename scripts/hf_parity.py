@@ -80,7 +80,7 @@ def main() -> None:
     else:
         lines, refs = load_split(t.config.data, args.split)
     folder = Path(tempfile.mkdtemp()) / "hf"
-    _, export_s = timed(lambda: t.export(out=folder, format="hf"))
+    _, export_s = timed(lambda: t.export(out=folder, format="hf", score=True))  # the penalty matched
     size = sum(f.stat().st_size for f in folder.iterdir())
     model, tokenizer = (
         AutoModelForSeq2SeqLM.from_pretrained(folder).eval().to(args.device),

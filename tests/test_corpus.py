@@ -5,7 +5,11 @@ sample is seeded."""
 import dataclasses
 import json
 import logging
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -102,6 +106,64 @@ def test_processes_preparing_one_corpus_side_by_side_build_it_once(files, tokeni
     assert len(builds) == 1 and folders["first"] == folders["second"]
     assert f"waiting for another process binarizing {folders['first']}" in caplog.text
     assert corpus.load(folders["second"]).src.numel() > 0
+
+
+# prepares the corpus of data.dir argv[1] with tokenizer model argv[2], holding its build (so the
+# folder's lock) until a line comes on stdin
+HELD_BUILD = """
+import sys
+from pathlib import Path
+from mt.config import DataConfig
+from mt.tokenizer import Tokenizer
+from mt.training import corpus
+real = corpus.binarize
+def held(*args):
+    print("building", flush=True)
+    sys.stdin.readline()
+    return real(*args)
+corpus.binarize = held
+cfg = DataConfig(corpus="files", dir=sys.argv[1], max_len=12)
+print(corpus.prepare(cfg, Tokenizer(Path(sys.argv[2]).read_bytes())), flush=True)
+"""
+
+
+def test_a_process_preparing_a_corpus_another_process_builds_waits_and_reads_it(
+    files, tokenizer, monkeypatch, caplog, tmp_path
+):
+    """Two real processes (two threads share a pid, so they cannot tell a lock named per process from
+    one named per folder): while one builds the corpus, the other says it waits, builds nothing, and
+    then reads the folder the first built."""
+    (tmp_path / "spm.model").write_bytes(tokenizer.proto)
+    builder = subprocess.Popen(
+        [sys.executable, "-c", HELD_BUILD, files.dir, str(tmp_path / "spm.model")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    builds, folders = [], []
+    monkeypatch.setattr(corpus, "binarize", lambda *args: builds.append(args) or binarize.binarize(*args))
+    second = threading.Thread(target=lambda: folders.append(corpus.prepare(files, tokenizer)))
+    try:
+        assert builder.stdout.readline() == "building\n"
+        with caplog.at_level(logging.INFO, logger="mt"):
+            second.start()
+            deadline = time.monotonic() + 60
+            while (
+                second.is_alive() and "waiting for another" not in caplog.text and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+            assert second.is_alive() and not builds  # waiting its turn
+            builder.stdin.write("\n")
+            builder.stdin.flush()
+            built = Path(builder.stdout.readline().strip())
+            second.join(60)
+    finally:
+        builder.stdin.close()
+        builder.wait(60)
+    assert builder.returncode == 0 and not builds and folders == [built]
+    assert f"waiting for another process binarizing {built}" in caplog.text
+    assert corpus.load(built).src.numel() > 0
 
 
 def test_a_stale_cache_is_rebuilt_when_the_corpus_changes(files, tokenizer, caplog):

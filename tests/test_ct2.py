@@ -305,6 +305,8 @@ def test_a_refused_field_is_refused_with_its_reason_and_carried_fields_build_the
     assert carried(cfg, DECODE_FIELDS, "load") == {"compute_type": "int8"}
     deep = dataclasses.replace(TEXT_MODEL, encoder_layers=3, decoder_layers=1, norm="post")
     assert carried(deep, MODEL_FIELDS, "spec") == {"num_heads": 4, "num_layers": (3, 1), "pre_norm": False}
+    unset = {**DECODE_FIELDS, "seed": Carried("random_seed", lambda cfg: None)}  # valued None: left out
+    assert carried(cfg, unset, "search") == {"beam_size": 4, "no_repeat_ngram_size": 3}
 
 
 # A value other than the tests' own for every option: each field of ModelConfig and DecodeConfig is

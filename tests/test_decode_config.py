@@ -155,3 +155,50 @@ def test_one_spelling_a_command_a_request_and_a_keyword():
         "n_best: 3 is more than beam 2: beam search keeps only that many hypotheses; send beam 3 or more",
         "n_best=3 is more than beam=2: beam search keeps only that many hypotheses; pass beam=3 or more",
     ]
+
+
+TUNED_TO_RERANK = DecodeConfig(beam=10, length_penalty=1.5, rerank="runs/en-de", rerank_weight=2.0)
+TUNED_TO_MBR = DecodeConfig(beam=5, mbr="chrf", mbr_samples=16)
+
+
+@pytest.mark.parametrize(
+    "run, given, chosen",
+    [
+        (TUNED_TO_RERANK, {"mbr": "chrf"}, {"mbr": "chrf", "rerank": "", "beam": 10}),
+        (TUNED_TO_RERANK, {"mbr": "bleu", "mbr_samples": 4}, {"mbr": "bleu", "mbr_samples": 4, "rerank": ""}),
+        (TUNED_TO_RERANK, {"engine": "ctranslate2"}, {"engine": "ctranslate2", "rerank": "", "beam": 10}),
+        (TUNED_TO_RERANK, {"sample": "topk:5"}, {"sample": "topk:5", "rerank": "", "beam": 1}),
+        (TUNED_TO_RERANK, {"beam": 3}, {"beam": 3, "rerank": "runs/en-de", "rerank_weight": 2.0}),
+        (TUNED_TO_RERANK, {"rerank": ""}, {"rerank": "", "beam": 10}),
+        (TUNED_TO_MBR, {"rerank": "runs/en-de"}, {"rerank": "runs/en-de", "mbr": "", "mbr_samples": 0}),
+        (TUNED_TO_MBR, {"engine": "ctranslate2"}, {"engine": "ctranslate2", "mbr": "", "mbr_samples": 0}),
+        (TUNED_TO_MBR, {"mbr_samples": 8}, {"mbr": "chrf", "mbr_samples": 8}),
+    ],
+)
+def test_a_given_chooser_engine_sample_or_beam_wins_over_the_runs_tuned_chooser(run, given, chosen):
+    decode = decoding(run, given, COMMAND_LINE)
+    assert {key: getattr(decode, key) for key in chosen} == chosen
+
+
+@pytest.mark.parametrize(
+    "given, error",
+    [
+        (
+            {"mbr": "chrf", "rerank": "runs/en-de"},
+            "--mbr chrf and --rerank each choose the translation; give one of them",
+        ),
+        (
+            {"engine": "ctranslate2", "rerank": "runs/en-de"},
+            "--rerank runs/en-de chooses among mt's own search's candidates: add --engine torch",
+        ),
+        (
+            {"sample": "topk:5", "mbr": "chrf"},
+            "--mbr chrf chooses among the beam's hypotheses, --sample draws one translation; leave --sample "
+            "out (MBR draws its own: --mbr-samples)",
+        ),
+    ],
+)
+def test_a_chooser_given_beside_what_clashes_with_it_is_still_refused(given, error):
+    with pytest.raises(ConfigError) as e:
+        decoding(TUNED_TO_RERANK, given, COMMAND_LINE)
+    assert str(e.value) == error

@@ -3,6 +3,7 @@ single-process accumulation; refusals of devices and backends (the precisions: t
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from mt.config import ModelConfig, RunConfig
+from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
+from mt.plumbing.seeds import derived_seed
 from mt.training.distributed import Ranks, start
+from mt.training.session import learner
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "ddp_driver.py"
@@ -161,3 +166,70 @@ def test_more_processes_than_gpus_is_refused(monkeypatch):
 def test_single_process_needs_no_process_group():
     assert start(Ranks(), "cpu", "auto") == torch.device("cpu")
     assert not torch.distributed.is_initialized()
+
+
+def first_dropout_mask(cfg: RunConfig, ranks: Ranks) -> tuple[int, torch.Tensor]:
+    """(torch's seed, the first dropout mask drawn) of a new training's rank once `learner` has set it
+    up, every rank having started from train.seed (distributed.start_training: the same weights)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.train.seed)
+        model = Seq2Seq(ModelConfig(d_model=8, n_heads=1, layers=1, d_ff=8, max_positions=8), vocab_size=10)
+        learner(cfg, model, torch.device("cpu"), None, ranks)
+        return torch.initial_seed(), torch.nn.functional.dropout(torch.ones(256), 0.5) > 0
+
+
+def test_each_rank_draws_dropout_masks_of_its_own():
+    """Under torchrun every rank reseeds from train.seed and its rank (the weights were drawn alike
+    before), so no two ranks drop the same units; one process keeps train.seed."""
+    cfg = RunConfig()
+    drawn = [first_dropout_mask(cfg, Ranks(rank, 3, rank)) for rank in range(3)]
+    assert [seed for seed, _ in drawn] == [derived_seed(cfg.train.seed, rank) for rank in range(3)]
+    masks = [mask for _, mask in drawn]
+    assert not torch.equal(masks[0], masks[1]) and not torch.equal(masks[0], masks[2])
+    assert not torch.equal(masks[1], masks[2])
+    assert first_dropout_mask(cfg, Ranks())[0] == cfg.train.seed
+
+
+# one rank of a 2-process gloo group: train.seed's weights and the ranks' first dropout masks, gathered
+TWO_RANKS = """
+import json, torch
+from mt.config import ModelConfig, RunConfig
+from mt.model import Seq2Seq
+from mt.training import distributed
+from mt.training.session import learner
+cfg, ranks = RunConfig(), distributed.ranks_from_env()
+device = distributed.start_training(cfg.train, ranks)
+model = Seq2Seq(ModelConfig(d_model=8, n_heads=1, layers=1, d_ff=8, max_positions=8), vocab_size=10)
+learner(cfg, model, device, None, ranks)
+mask = torch.nn.functional.dropout(torch.ones(256), 0.5) > 0
+weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+drawn = distributed.gather((weights.tolist(), mask.tolist()), ranks)
+if ranks.main:
+    print(json.dumps(drawn))
+distributed.stop(together=True)
+"""
+
+
+@pytest.mark.slow  # two processes that import torch and join a group: about 25 s beside other work
+def test_two_gloo_ranks_start_from_the_same_weights_and_drop_different_units():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2"}
+    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", TWO_RANKS],
+            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for rank in range(2)
+    ]
+    (out, err), (_, err1) = (rank.communicate(timeout=120) for rank in ranks)
+    assert [rank.returncode for rank in ranks] == [0, 0], err[-2000:] + err1[-2000:]
+    (weights0, mask0), (weights1, mask1) = json.loads(out)
+    assert weights0 == weights1
+    assert mask0 != mask1 and 64 < sum(mask0) < 192

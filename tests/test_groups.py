@@ -4,6 +4,7 @@ spread and the test sentences' sampling), checked against hand computations."""
 import json
 import math
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from mt.report.curves import band_points
 from mt.report.groups import (
     between_groups,
     group_label,
+    repeated_seeds,
     resample_counts,
     seed_groups,
     sentence_statistics,
@@ -294,3 +296,31 @@ def test_make_bit_with_seeds_trains_each_seeds_two_stages_in_folders_of_their_ow
         assert card["parent"]["run"] == f"{tmp_path}/bit-seed{seed}-both" and card["results"]
     rows = [line for line in report.read_text().split("## Groups")[1].splitlines() if line.startswith("| ")]
     assert [row.split("|")[1:3] for row in rows[1:]] == [[" bit ", " 2 "]]
+
+
+def test_a_run_that_repeats_its_groups_seed_stands_alone_and_is_named():
+    """Copies of one training (or the seed trained again by other code) are not seeds: issue 102."""
+
+    def run(label, seed):
+        return SimpleNamespace(
+            label=label, config={"train.seed": seed, "train.lr": 1}, setting="test", card={}
+        )
+
+    runs = [run("a", 1), run("a-copy", 1), run("a-seed2", 2), run("a-old", 1)]
+    assert [[r.label for r in g] for g in seed_groups(runs)] == [["a", "a-seed2"], ["a-copy"], ["a-old"]]
+    assert repeated_seeds(runs) == [
+        "> **Not another seed:** `a-copy`, `a-old`: the config and train.seed (1) of `a`, a copy of one "
+        "training or the seed trained again, so each stands alone in the groups; train another seed with "
+        "--set train.seed=N."
+    ]
+    assert repeated_seeds(runs[::2]) == []
+
+
+def test_a_report_of_three_copies_of_one_run_shows_no_group_of_seeds(two_runs, tmp_path):
+    copies = []
+    for name in ("one", "two"):
+        shutil.copytree(two_runs[0], tmp_path / name)
+        copies.append(tmp_path / name)
+    text = write_report([two_runs[0], *copies], tmp_path / "report.md")[0].read_text()
+    assert "## Groups: runs that differ only in train.seed" not in text
+    assert "> **Not another seed:** `one`, `two`: the config and train.seed (1) of `ls01`" in text

@@ -2,7 +2,8 @@
 layer (all, target), exported and reloaded from disk by Transformers alone: its tokenizer gives mt's
 ids, its greedy `generate` gives `mt translate --beam 1`'s lines, its teacher-forced log-probabilities
 `mt score`'s, and its beam at length penalty 0 (where mt's and Transformers' normalisations agree)
-mt's beam. Refusals are one line."""
+mt's beam. The length penalty matched with --score is checked on hand-written hypotheses and on a model
+that ends them with eos (the toy runs here, 30 updates, end none). Refusals are one line."""
 
 import dataclasses
 import json
@@ -14,11 +15,20 @@ import torch
 from conftest import ROOT, table
 
 from mt.cli import main
-from mt.config import config_to_dict, load_config, read_saved_config
+from mt.config import BOS, EOS, PAD, config_to_dict, load_config, read_saved_config
 from mt.data import load_split
+from mt.decode import Hypothesis
 from mt.decode_config import DecodeConfig
+from mt.hf.card import generated
 from mt.hf.export import MODEL_FIELDS, permuted
-from mt.hf.generation import HF_PENALTIES, caveats, decode_fields, generation_config, hyps_agree
+from mt.hf.generation import (
+    HF_PENALTIES,
+    caveats,
+    decode_fields,
+    generation_config,
+    hyps_agree,
+    matched_length_penalty,
+)
 from mt.model import sinusoidal_positions
 from mt.plumbing.engine_fields import Approximated, Carried, Unsupported
 from mt.training.train import train
@@ -104,6 +114,11 @@ def test_the_export_holds_weights_config_generation_tokenizer_and_card(exported)
         "tuning", {}
     ).get("chosen", {}).get("beam", 1)
     assert "## Scores" in (folder / "README.md").read_text() and not (folder.parent / "hf.part").exists()
+    decided = json.loads((folder / "mt_export.json").read_text())
+    assert (decided["scored"], decided["matched"], decided["scores"]) == (False, None, None)
+    card = (folder / "README.md").read_text()
+    assert "None: exported without `--score`. `mt export --format hf --score` measures" in card
+    assert str(run.parent) not in card and str(folder) not in card  # no path of the machine it was made on
 
 
 def test_refusals_are_one_line(exported, capsys, tmp_path):
@@ -166,6 +181,19 @@ def test_every_decode_field_is_in_the_export_table():
     assert {f.name for f in fields(DecodeConfig)} == set(decode_fields(64))
 
 
+def test_generation_config_leaves_out_each_argument_the_run_gives_no_value():
+    """Greedy has no length penalty and no_repeat_ngram 0 bans nothing: their entries value them None,
+    so generation_config.json holds neither (Transformers would read a null as set)."""
+    assert generation_config(DecodeConfig(beam=1, no_repeat_ngram=0), 64) == {
+        "decoder_start_token_id": BOS,
+        "bos_token_id": BOS,
+        "eos_token_id": EOS,
+        "pad_token_id": PAD,
+        "num_beams": 1,
+        "max_new_tokens": 63,
+    }
+
+
 def other_value(value):
     """A value of `value`'s type that is not it."""
     if isinstance(value, bool):
@@ -196,7 +224,7 @@ def tuned_export(tiny, tmp_path_factory):
     run = tmp_path_factory.mktemp("hf-tuned") / "run"
     train(load_config(ROOT / "configs/toy.yaml", tiny + ["train.max_steps=30", "train.lr=5e-3"]), run)
     tune(run, device="cpu", grid=Grid((3,), (1.5,)))
-    assert main(["export", "--run", str(run), "--format", "hf", "--quantization", "float32"]) == 0
+    assert main(["export", "--run", str(run), "--format", "hf", "--quantization", "float32", "--score"]) == 0
     return run, run / "hf"
 
 
@@ -244,8 +272,117 @@ def test_the_cards_scores_are_the_folders_own_generate(tuned_export):
 def test_an_export_whose_corpus_is_elsewhere_is_written_and_says_it_holds_no_scores(exported, tmp_path):
     run, _ = exported
     moved = Translator.from_run(run, device="cpu", overrides=[f"data.dir={tmp_path / 'gone'}"])
-    folder = moved.export(out=tmp_path / "hf", format="hf")
+    folder = moved.export(out=tmp_path / "hf", format="hf", score=True)
     card = (folder / "README.md").read_text()
     assert "None: the run's test split could not be read when the folder was exported." in card
     assert json.loads((folder / "mt_export.json").read_text())["scores"] is None
     assert reloaded(folder)[0].generation_config.num_beams == 1
+
+
+def ends(tokens: int, logprob: float, ended: bool = True) -> Hypothesis:
+    return Hypothesis(list(range(4, 4 + tokens)), logprob, logprob, ended)
+
+
+# Two lines' beams, mt's 1-best first. Transformers' formula (a length counts eos) ranks it first on the
+# first where 1 / 2 ** a <= 2.4 / 4 ** a (a <= log2 2.4 = 1.26), on the second where 2 / 4 ** a <= 0.9 /
+# 2 ** a (a >= log2 2.22 = 1.15): on both at 1.2 and 1.25 only. Without eos: at 0.75 only.
+SCRIPTED = ([ends(1, -1.0), ends(3, -2.4)], [ends(3, -2.0), ends(1, -0.9)])
+
+
+def scripted_search(monkeypatch) -> list:
+    """mt's beam replaced by SCRIPTED's beams, line by line in turn; returns the decodings it was asked."""
+    asked = []
+
+    def search(searcher, tokenizer, lines, decode, max_source_pieces):
+        asked.append(decode)
+        return [SCRIPTED[i % 2] for i in range(len(lines))]
+
+    monkeypatch.setattr("mt.hf.generation.search_lines", search)
+    return asked
+
+
+def test_transformers_formula_counts_eos_in_a_finished_hypothesis_only():
+    assert hyps_agree(SCRIPTED[0], 1.0)  # -1 / 2 beats -2.4 / 4; without eos -2.4 / 3 would beat -1 / 1
+    assert hyps_agree([ends(1, -1.0), ends(3, -1.8, ended=False)], 1.0)  # -0.5 beats cut -1.8 / 3
+    assert not hyps_agree([ends(1, -1.0), ends(3, -1.8)], 1.0)  # -0.45 beats -0.5
+
+
+@pytest.mark.parametrize("mt_penalty, matched", [(1.5, 1.25), (0.0, 1.2), (1.2, 1.2)])
+def test_the_matched_penalty_is_the_most_agreeing_one_nearest_mts(monkeypatch, mt_penalty, matched):
+    asked = scripted_search(monkeypatch)
+    decode = DecodeConfig(beam=2, length_penalty=mt_penalty)
+    assert matched_length_penalty(None, None, ["a", "b"] * 3, decode, 64) == (matched, 6)
+    assert [d.n_best for d in asked] == [2]  # mt's whole beam, its 1-best first
+
+
+def test_matching_on_a_model_that_ends_hypotheses(trained_model, tokenizer, toy):
+    src, decode = toy["val"][0][:40], DecodeConfig(beam=3, length_penalty=1.5)
+    beams = search_lines(trained_model, tokenizer, src, dataclasses.replace(decode, n_best=3), 64)
+    assert all(h.ended for hyps in beams for h in hyps)
+    assert len({len(h.tokens) for hyps in beams for h in hyps}) > 5
+
+    def agree(alpha: float) -> int:  # Transformers' formula, written out: length = pieces + eos
+        return sum(
+            max(range(3), key=lambda k: hyps[k].logprob / (len(hyps[k].tokens) + 1) ** alpha) == 0
+            for hyps in beams
+        )
+
+    counts = {a: agree(a) for a in HF_PENALTIES}
+    assert len(set(counts.values())) > 1  # the penalties are told apart here
+    most = max(counts.values())
+    nearest = min((a for a in HF_PENALTIES if counts[a] == most), key=lambda a: abs(a - 1.5))
+    assert matched_length_penalty(trained_model, tokenizer, src, decode, 64) == (nearest, most)
+
+
+def test_the_matched_penalty_is_the_one_the_folder_carries(tuned_export, monkeypatch, tmp_path):
+    run, _ = tuned_export
+    scripted_search(monkeypatch)
+    monkeypatch.setattr("mt.hf.card.generated", lambda folder, lines: [""] * len(lines))  # scored elsewhere
+    assert (
+        main(["export", "--run", str(run), "--format", "hf", "--score", "--out", str(tmp_path / "hf")]) == 0
+    )
+    decided = json.loads((tmp_path / "hf" / "mt_export.json").read_text())
+    assert decided["matched"] == {"penalty": 1.25, "mt": 1.5, "lines": 40, "of": 40}
+    generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    assert generation["length_penalty"] == 1.25
+    assert reloaded(tmp_path / "hf")[0].generation_config.length_penalty == 1.25
+
+
+def test_a_greedy_run_carries_no_length_penalty_and_matches_none(exported, monkeypatch, tmp_path):
+    run, _ = exported
+    scripted_search(monkeypatch)
+    monkeypatch.setattr("mt.hf.card.generated", lambda folder, lines: [""] * len(lines))
+    assert "length_penalty" not in generation_config(DecodeConfig(beam=1, length_penalty=1.5), 64)
+    assert (
+        main(["export", "--run", str(run), "--format", "hf", "--score", "--out", str(tmp_path / "hf")]) == 0
+    )
+    decided = json.loads((tmp_path / "hf" / "mt_export.json").read_text())
+    assert (decided["scored"], decided["matched"]) == (True, None)
+    assert decided["generation"]["num_beams"] == 1 and "length_penalty" not in decided["generation"]
+
+
+def test_an_existing_folder_is_refused_before_anything_is_decoded(tuned_export, monkeypatch, capsys):
+    run, folder = tuned_export
+
+    def decoded(*args, **kwargs):
+        raise AssertionError("decoded before the folder was checked")
+
+    monkeypatch.setattr("mt.hf.generation.search_lines", decoded)
+    monkeypatch.setattr("mt.hf.card.generated", decoded)
+    assert main(["export", "--run", str(run), "--format", "hf", "--score"]) == 2
+    assert (
+        capsys.readouterr().err == f"mt: error: {folder}: already exists; remove it or give another --out\n"
+    )
+
+
+def test_a_line_past_the_models_positions_is_cut_by_the_tokenizer(exported, monkeypatch):
+    run, folder = exported
+    long = " ".join(["Der Hund sieht die Katze ."] * 120)  # more pieces than the model's positions
+    model, tokenizer = reloaded(folder)
+    cut = tokenizer(long, truncation=True)["input_ids"]
+    assert len(tokenizer(long)["input_ids"]) > len(cut) == model.config.max_position_embeddings - 1
+    assert len(generated(folder, [long])) == 1  # the card's scores: cut, not an IndexError
+    snippet = (folder / "README.md").read_text().split("```python\n")[1].split("```")[0]
+    example = json.loads((folder / "mt_export.json").read_text())["example"]
+    monkeypatch.chdir(folder)
+    exec(snippet.replace(repr(example), repr(long)), {})  # the card's own code on that line

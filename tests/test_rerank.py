@@ -16,12 +16,21 @@ import torch
 from conftest import ROOT
 
 from mt.cli import main
-from mt.config import load_config, read_saved_config
+from mt.config import ModelConfig, load_config, read_saved_config
 from mt.data import load_split
 from mt.decode_config import DecodeConfig, decoding
 from mt.evaluate import evaluate_run
+from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError, RunDirError
-from mt.rescoring.rerank import Candidate, bleu_matrix, channel_scores, chrf_matrix, expected_utilities
+from mt.rescoring.rerank import (
+    Candidate,
+    bleu_matrix,
+    channel_scores,
+    chrf_matrix,
+    expected_utilities,
+    reverse_logprobs,
+)
+from mt.rescoring.score import score_pairs
 from mt.run.card import read_card, update_card
 from mt.run.folder import result_name, runs_from, stored_runs
 from mt.run.names import chooser_text, evaluation_name
@@ -172,6 +181,34 @@ def test_the_channel_score_adds_the_weighted_reverse_term_to_the_beams_own_score
     assert channel_scores(pool, unscorable, 0.5, 1.5)[0][1] == float("-inf")
 
 
+class CountingTokenizer:
+    """Text that is a count of pieces: "7" is seven."""
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        return [[5] * int(line) for line in lines]
+
+    encode_target = encode
+
+
+def test_a_pair_that_fills_the_reverse_models_positions_is_scored_and_one_piece_more_is_not():
+    """A reverse model of 8 positions takes 7 pieces a side (the source's eos, the target's bos): a
+    candidate or a line of 7 pieces is scored as score_pairs scores it alone, per piece of the line
+    with eos; one of 8 is -inf."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=16, n_heads=2, layers=1, d_ff=16, dropout=0.0, max_positions=8)
+    model, decode = Seq2Seq(cfg, vocab_size=10).eval(), DecodeConfig()
+
+    def alone(candidate: int, line: int) -> float:
+        scored = score_pairs(model, [[5] * candidate], [[5] * line], decode)[0]
+        return scored.logprob / len(scored.token_logprobs)
+
+    pool = [[Candidate(str(n), -1.0, n + 1) for n in counts] for counts in ([7, 8, 2], [2, 3], [2, 3])]
+    found = reverse_logprobs([(CountingTokenizer(), model)], pool, ["3", "7", "8"], decode)
+    inf = float("-inf")
+    expected = [[alone(7, 3), inf, alone(2, 3)], [alone(2, 7), alone(3, 7)], [inf, inf]]
+    assert found == [pytest.approx(row, abs=1e-5) for row in expected]
+
+
 def test_reranking_by_a_run_of_the_same_direction_or_none_is_one_line(fluent, tmp_path):
     with pytest.raises(RunDirError) as e:
         Translator.from_run(fluent, device="cpu", rerank=str(fluent), beam=5)
@@ -316,7 +353,7 @@ def test_several_reverse_runs_are_stored_relative_to_the_run_and_read_back_from_
     stored = stored_runs("en-de, ../other/en-de-2", "de-en")
     assert stored == "../en-de,../../other/en-de-2"
     monkeypatch.chdir(tmp_path / "other")  # read from another folder, the run named from there
-    assert runs_from(stored, Path("../runs/de-en")) == "../runs/en-de,../other/en-de-2"
+    assert runs_from(stored, Path("../runs/de-en")) == "../runs/en-de,en-de-2"
 
 
 def test_a_tuned_reverse_run_is_stored_beside_the_run_and_opens_from_any_folder(
@@ -367,21 +404,45 @@ def test_the_command_line_drops_a_tuned_reranking_for_beam_1(tuned_to_rerank, tm
     )
 
 
+# What a tuned card's `tuning` must hold, written out here (not read from mt.run.records, so that a field
+# made optional or unranged there fails): the keys that may not be missing, and the least value of each
+# ranged option. Every key it has is typed, so each retyped one is refused.
+REQUIRED = {f"tuning.{key}" for key in ("split", "checkpoint", "checkpoint_sha256", "chosen", "tried")} | {
+    f"tuning.chosen.{key}" for key in ("beam", "length_penalty", "length_ratio", "bleu", "chrf")
+}
+LEAST = {"beam": ">= 1", "length_penalty": ">= 0.0", "mbr_samples": ">= 0", "mbr_temperature": "> 0.0"}
+LEAST["rerank_weight"] = ">= 0.0"
+# dropped, these leave a chosen setting of their defaults (no reranking, weight 1) that was never evaluated:
+# `mt report` names the evaluation to run, `mt translate` translates with it
+UNEVALUATED = {"tuning.chosen.rerank", "tuning.chosen.rerank_weight"}
+
+
 def damaged_cards(card: dict):
-    """(what was done, the card) for each key of the card's tuning and its chosen setting dropped,
-    and retyped (a str as an int, a number as a str)."""
+    """(key path, what was done, the one-line error expected or "" for none, the card) for each key of
+    the card's tuning and its chosen setting dropped and retyped (a str as an int, a number as a str),
+    and each ranged option of the chosen setting set below its range."""
     tuning = card["tuning"]
     for where, record in (("tuning", tuning), ("tuning.chosen", tuning["chosen"])):
         for key, value in record.items():
+            path = f"{where}.{key}"
             wrong = 1 if isinstance(value, str) else "1"
-            for change, edit in (("dropped", None), ("retyped", wrong)):
+            below = -1 if type(value) is int else -1.0
+            changes = [
+                ("dropped", None, f"{path} is missing" if path in REQUIRED else ""),
+                ("retyped", wrong, f"{path}: expected "),
+            ]
+            if where == "tuning.chosen" and key in LEAST:
+                changes.append(
+                    ("below its range", below, f"{path}: {below} is out of range, must be {LEAST[key]}")
+                )
+            for change, edit, error in changes:
                 damaged = json.loads(json.dumps(card))
                 target = damaged["tuning"] if where == "tuning" else damaged["tuning"]["chosen"]
                 target.pop(key) if edit is None else target.__setitem__(key, edit)
-                yield f"{where}.{key} {change}", damaged
+                yield path, change, error, damaged
 
 
-def test_every_damaged_key_of_a_tuned_to_rerank_card_is_a_report_or_one_line(
+def test_every_damaged_key_of_a_tuned_to_rerank_card_is_read_or_refused_in_one_line(
     tuned_to_rerank, tmp_path, capsys
 ):
     run = tmp_path / "de-en"
@@ -390,8 +451,8 @@ def test_every_damaged_key_of_a_tuned_to_rerank_card_is_a_report_or_one_line(
     card = read_card(run)
     (tmp_path / "in.txt").write_text("Ein Hund rennt .\n", encoding="utf-8")
     cases = list(damaged_cards(card))
-    assert len(cases) > 20
-    for what, damaged in cases:
+    assert len(cases) > 20 and {path for path, *_ in cases} >= REQUIRED
+    for path, change, error, damaged in cases:
         (run / "card.json").write_text(json.dumps(damaged), encoding="utf-8")
         for command in (
             ["report", str(run), "--out", str(tmp_path / "report.md")],
@@ -399,9 +460,14 @@ def test_every_damaged_key_of_a_tuned_to_rerank_card_is_a_report_or_one_line(
         ):
             code = main(command)
             err = capsys.readouterr().err.strip().splitlines()
-            assert code in (0, 2), (what, command[0])
-            if code == 2:
-                assert err and err[-1].startswith("mt: error: ") and "Traceback" not in "\n".join(err), what
+            what = (path, change, command[0], err[-1:])
+            if path in UNEVALUATED and change == "dropped" and command[0] == "report":
+                assert code == 2 and err[-1].startswith(f"mt: error: {run}: no 'test-beam5"), what
+                assert f"run `mt evaluate --run {run} --split test` first" in err[-1], what
+                continue
+            assert code == (2 if error else 0), what
+            if error:
+                assert err[-1].startswith(f"mt: error: {run / 'card.json'}: damaged ({error}"), what
 
 
 def test_a_run_tuned_to_rerank_exports_to_transformers_saying_what_it_leaves_out(tuned_to_rerank, tmp_path):
@@ -413,4 +479,167 @@ def test_a_run_tuned_to_rerank_exports_to_transformers_saying_what_it_leaves_out
     generation = json.loads((run / "hf" / "generation_config.json").read_text())
     assert generation["num_beams"] == chosen["beam"]
     card = (run / "hf" / "README.md").read_text()
-    assert f"left out: the run's decode.rerank '{tmp_path / 'en-de'}'" in card
+    assert "left out: the run's decode.rerank 'en-de'" in card and str(tmp_path) not in card  # no path
+
+
+def test_a_run_folder_that_is_a_link_finds_its_reverse_runs_where_it_really_is(tmp_path, monkeypatch):
+    """Issue 102: `ln -s ELSEWHERE/toy runs/toy-sym`, tuned to rerank by runs/toy-en-de."""
+    for name in ("elsewhere/deeper/toy", "runs/toy-en-de"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "runs/toy-sym").symlink_to(tmp_path / "elsewhere/deeper/toy")
+    monkeypatch.chdir(tmp_path)
+    stored = stored_runs("runs/toy-en-de", "runs/toy-sym")
+    assert stored == "../../../runs/toy-en-de"  # from the run's real folder
+    assert runs_from(stored, Path("runs/toy-sym")) == "runs/toy-en-de"
+    assert runs_from(stored, tmp_path / "runs/toy-sym") == str(tmp_path / "runs/toy-en-de")
+
+
+def test_a_stored_reverse_run_beside_the_run_wins_over_one_at_that_path_from_the_working_folder(
+    tmp_path, monkeypatch
+):
+    for name in ("runs/de-en", "runs/en-de", "elsewhere/en-de", "elsewhere/work"):
+        (tmp_path / name).mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "elsewhere/work")  # ../en-de is a folder from here too
+    assert runs_from("../en-de", tmp_path / "runs/de-en") == str(tmp_path / "runs/en-de")
+    shutil.rmtree(tmp_path / "runs/en-de")  # an old card: named from the folder it was tuned in
+    assert runs_from("../en-de", tmp_path / "runs/de-en") == "../en-de"
+
+
+def test_a_linked_run_tuned_to_rerank_translates_from_another_folder(tuned_to_rerank, tmp_path, monkeypatch):
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links/de-en").symlink_to(tuned_to_rerank)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.txt").write_text("Ein Hund rennt .\n", encoding="utf-8")
+    assert main(["translate", "--run", "links/de-en", "--input", "in.txt", "--output", "out.txt"]) == 0
+    plain = Translator.from_run(tuned_to_rerank, device="cpu")
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8") == plain.translate(["Ein Hund rennt ."])[
+        0
+    ] + "\n"
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        ({"mbr": "chrf"}, "mbr=chrf chooses the translation"),
+        ({"beam": 1}, "beam=1 gives one candidate a line"),
+        ({"sample": "topk:3"}, "sample=topk:3 gives one candidate a line"),
+    ],
+)
+def test_a_given_chooser_wins_over_a_tuned_reranking_and_says_so(tuned_to_rerank, given, said, caplog):
+    with caplog.at_level(logging.WARNING, logger="mt.translator"):
+        translator = Translator.from_run(tuned_to_rerank, device="cpu", **given)
+    assert (translator.decode.rerank, translator.reverse) == ("", [])
+    run = translator.config.decode.rerank
+    assert [r.getMessage() for r in caplog.records if r.name == "mt.translator"] == [
+        f"{said}: translating without the run's rerank={run}"
+    ]
+    with pytest.raises(
+        ConfigError, match="^mbr=chrf and rerank each choose the translation; give one of them$"
+    ):
+        Translator.from_run(tuned_to_rerank, device="cpu", mbr="chrf", rerank=run)
+
+
+def test_the_command_line_gives_mbr_on_a_run_tuned_to_rerank(tuned_to_rerank, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("Ein Hund rennt .\n", encoding="utf-8")
+    assert (
+        main(
+            ["translate", "--run", str(tuned_to_rerank), "--input", str(tmp_path / "in.txt"), "--mbr", "chrf"]
+        )
+        == 0
+    )
+    mbr = Translator.from_run(tuned_to_rerank, device="cpu", mbr="chrf", rerank="")
+    assert capsys.readouterr().out == mbr.translate(["Ein Hund rennt ."])[0] + "\n"
+
+
+def test_a_line_in_parts_is_reranked_part_by_part_and_weight_0_scores_as_the_beam(fluent, reverse):
+    from mt.rescoring.rerank import Lines, line_parts
+
+    long = " ".join(["Der Hund sieht die Katze ."] * 40)  # more pieces than data.max_len: in parts
+    beam = Translator.from_run(fluent, device="cpu", beam=3)
+    parts = line_parts(Lines(beam.searcher, beam.tokenizer, [long], beam.max_source))[1]
+    assert len(parts) > 1
+    reranked = Translator.from_run(fluent, device="cpu", beam=3, rerank=str(reverse), rerank_weight=5.0)
+    assert reranked.translate([long, ""]) == [" ".join(reranked.translate(parts)), ""]
+    ((text, score),) = reranked.nbest([long], rerank_weight=0.0)[0]
+    ((beam_text, beam_score),) = beam.nbest([long])[0]
+    # the parts' choices are joined with a space, the search's parts piece to piece
+    assert text.replace(" ", "") == beam_text.replace(" ", "") and score == pytest.approx(
+        beam_score, abs=1e-4
+    )
+
+
+def test_a_run_reranked_by_itself_is_said_to_be(tmp_path, monkeypatch):
+    (tmp_path / "runs/bit-both").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    chosen = {"rerank": runs_from(".", Path("runs/bit-both")), "rerank_weight": 2.0}
+    assert chooser_text(chosen, "runs/bit-both") == ", reranked by itself at weight 2"
+    assert chooser_text(chosen) == ", reranked by runs/bit-both at weight 2"
+
+
+def test_a_request_may_clear_the_servers_reranking_or_choose_by_mbr_instead(tuned_to_rerank):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from mt.serving.app import create_app, server_info
+    from mt.serving.limits import ServeLimits
+    from mt.serving.worker import Worker
+
+    worker = Worker(Translator.from_run(tuned_to_rerank, device="cpu"), ServeLimits())
+    worker.start()
+    line, run = "Ein Hund rennt .", worker.translator.decode.rerank
+    with TestClient(create_app(worker, server_info(worker.translator, worker.limits))) as client:
+
+        def post(**options):
+            return client.post("/translate", json={"lines": [line], **options})
+
+        mbr = Translator.from_run(tuned_to_rerank, device="cpu", mbr="chrf", beam=5, rerank="")
+        assert post(mbr="chrf", beam=5).json()["translations"][0]["translation"] == mbr.translate([line])[0]
+        plain = Translator.from_run(tuned_to_rerank, device="cpu", rerank="")
+        assert post(rerank="").json()["translations"][0]["translation"] == plain.translate([line])[0]
+        assert post(rerank=run).status_code == 200
+        refused = post(rerank="runs/other")
+        assert refused.status_code == 422 and refused.json() == {
+            "error": f"rerank: 'runs/other' is not the server's reranking ({run!r}); a request may clear it "
+            f'("") or name the server\'s; rerank by another run with mt serve --rerank RUN',
+            "option": "rerank",
+        }
+        both = post(mbr="chrf", rerank=run)
+        assert both.json()["error"] == "mbr: chrf and rerank each choose the translation; give one of them"
+
+
+def test_serve_refuses_a_run_whose_own_beam_is_over_max_beam_before_it_listens(
+    tuned_to_rerank, capsys, monkeypatch
+):
+    pytest.importorskip("fastapi")
+
+    def served(worker):
+        raise AssertionError("served a run whose own beam is over the limit")
+
+    monkeypatch.setattr("mt.serving.worker.Worker.run", served)
+    beam = Translator.from_run(tuned_to_rerank, device="cpu").decode.beam
+    assert main(["serve", "--run", str(tuned_to_rerank), "--port", "0", "--max-beam", str(beam - 1)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"mt: error: the run translates with beam {beam}, more than --max-beam {beam - 1}, so every request "
+        f"that names no beam would be refused; give --max-beam {beam} or more, or --beam {beam - 1} to "
+        "serve a smaller beam"
+    )
+
+
+def test_the_ctranslate2_engine_given_on_a_run_tuned_to_rerank_searches_alone(
+    tuned_to_rerank, tmp_path, capsys
+):
+    pytest.importorskip("ctranslate2")
+    run = tmp_path / "de-en"
+    shutil.copytree(tuned_to_rerank, run)  # no reverse run beside it: the engine needs none
+    assert main(["export", "--run", str(run)]) == 0
+    (tmp_path / "in.txt").write_text("Ein Hund rennt .\n", encoding="utf-8")
+    capsys.readouterr()
+    assert (
+        main(["translate", "--run", str(run), "--input", str(tmp_path / "in.txt"), "--engine", "ctranslate2"])
+        == 0
+    )
+    out, err = capsys.readouterr()
+    ct2 = Translator.from_run(run, device="cpu", engine="ctranslate2")
+    assert (ct2.decode.rerank, ct2.reverse, out) == ("", [], ct2.translate(["Ein Hund rennt ."])[0] + "\n")
+    assert "engine=ctranslate2 chooses among no candidates: translating without the run's rerank=" not in err
+    assert "--engine ctranslate2 chooses among no candidates: translating without the run's --rerank " in err

@@ -3,6 +3,8 @@ bad metrics line), resuming needs the same config, DIR/train.lock refuses a seco
 train.tensorboard mirrors metrics.jsonl."""
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,7 +17,8 @@ from conftest import file_hashes, refused, run_main, sets
 
 from mt.cli import main
 from mt.config import TrainConfig
-from mt.plumbing.errors import ConfigError
+from mt.plumbing.errors import ConfigError, RunDirError
+from mt.run.folder import locked
 from mt.run.metrics_log import tensorboard_writer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +66,43 @@ def test_a_bad_metrics_line_is_named_and_nothing_is_rewritten(capsys, run, train
         f"{run}/metrics.jsonl: line 3 is incomplete (cut short while being written?); left out"
         in capsys.readouterr().err
     )
+
+
+HOLD_LOCK = (
+    "import sys; from pathlib import Path; from mt.run.folder import locked\n"
+    "with locked(Path(sys.argv[1])):\n    print('held', flush=True); sys.stdin.read()"
+)
+
+
+def test_a_lock_another_process_holds_refuses_this_one_in_one_line_naming_it(tmp_path):
+    """Two real processes (two threads share a pid, so they cannot tell a lock named per process from
+    one named per folder): while one holds DIR/train.lock, the other is refused with the exact line
+    naming it; once it ends, the lock is this one's."""
+    run = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(run)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        holding = (run / "train.lock").read_text()
+        with pytest.raises(RunDirError) as e:
+            with locked(run):
+                pass
+    finally:
+        holder.stdin.close()
+        holder.wait(60)
+    assert re.fullmatch(rf"mt train \(pid {holder.pid}, since \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\)\n", holding)
+    assert str(e.value) == (
+        f"{run} is being trained by {holding.strip()}; wait for it to finish or stop it (Ctrl-C saves "
+        f"and exits), or use another --run-dir"
+    )
+    with locked(run):
+        assert (run / "train.lock").read_text().startswith(f"mt train (pid {os.getpid()}, since ")
+    assert sorted(p.name for p in run.iterdir()) == ["train.lock"]
 
 
 def test_a_second_training_on_a_run_directory_is_refused(capsys, run, trained):

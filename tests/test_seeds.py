@@ -7,7 +7,10 @@ from pathlib import Path
 import torch
 
 from mt.batching import Pairs
+from mt.config import DataConfig
 from mt.plumbing.seeds import STEP, derived_seed
+from mt.tokenizer import Tokenizer
+from mt.training import binarize
 from mt.training.epochs import epoch_plan
 from mt.translate import _sampling_seeds
 
@@ -40,6 +43,26 @@ def test_each_draw_is_seeded_by_the_rule():
     ties = torch.randperm(z - a, generator=torch.Generator().manual_seed(derived_seed(plan.seed, 0)))
     assert index.rows(a, z, plan.seed).tolist() == index.order[a + ties].long().tolist()
     assert _sampling_seeds(9, [0, 4], [0, 1], 2) == [derived_seed(9, 0, 0, 2), derived_seed(9, 4, 1, 2)]
+
+
+def test_bpe_dropout_samples_each_side_of_each_chunk_with_a_seed_of_its_own(tokenizer, monkeypatch, tmp_path):
+    """Binarizing with BPE-dropout seeds chunk c's side s (0 source, 1 target) by the key 2 * c + s: three
+    chunks of two pairs draw six seeds, in corpus order, no two alike (chunk 0's target and chunk 1's
+    source included)."""
+    drawn = []
+    sampled = Tokenizer.encode_sampled
+
+    def recorded(self, lines, dropout, seed):
+        drawn.append((lines, seed))
+        return sampled(self, lines, dropout, seed)
+
+    monkeypatch.setattr(Tokenizer, "encode_sampled", recorded)
+    monkeypatch.setattr(binarize, "PAIRS_ENCODED_AT_ONCE", 2)
+    src = ["ein Hund", "eine Katze", "zwei Hunde", "ein Mann", "eine Frau", "ein Kind"]
+    tgt = ["a dog", "a cat", "two dogs", "a man", "a woman", "a child"]
+    binarize.binarize((src, tgt), tokenizer, DataConfig(), tmp_path, dropout=(0.1, 11))
+    assert [seed for _, seed in drawn] == [derived_seed(11, key) for key in range(6)]
+    assert [lines for lines, _ in drawn] == [src[0:2], tgt[0:2], src[2:4], tgt[2:4], src[4:6], tgt[4:6]]
 
 
 def test_no_module_derives_a_seed_by_a_formula_of_its_own():

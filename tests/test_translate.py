@@ -16,7 +16,8 @@ from conftest import run_main
 
 from mt.batching import make_batch
 from mt.cli import main
-from mt.config import EOS
+from mt.config import EOS, ModelConfig
+from mt.decode import Hypothesis
 from mt.decode_config import DecodeConfig
 from mt.metrics import corpus_scores
 from mt.rescoring.score import score_pairs
@@ -74,6 +75,50 @@ def test_split_pieces_cuts_before_word_starts():
     ]  # no word start: hard cuts
 
 
+class PiecesAsNumbers:
+    """A tokenizer of numbers: "7 8" is pieces 7 and 8, each starting a word."""
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        return [[int(word) for word in line.split()] for line in lines]
+
+    def starts_word(self, piece: int) -> bool:
+        return True
+
+
+class EchoEngine:
+    """An engine that translates a part as itself, scored -1 (log-probability -2) a piece, and ends it
+    (writes eos) where its first piece is odd."""
+
+    cfg = ModelConfig(max_positions=4)  # 3 pieces a part, and eos
+    training = False
+
+    def eval(self):
+        return self
+
+    def train(self, mode: bool = True):
+        return self
+
+    def search_groups(self, batches, cfg, scores=True):
+        return [
+            [[Hypothesis(part, -1.0 * len(part), -2.0 * len(part), part[0] % 2 == 1)] for part in parts]
+            for parts, _ in batches
+        ]
+
+
+def test_a_line_in_parts_is_their_translations_joined_and_ended_as_its_last_part():
+    """A line longer than the model's positions is translated in parts; its one hypothesis holds the
+    parts' pieces and summed scores, and it ends (eos written) where its last part does, whatever the
+    earlier parts did."""
+    lines = ["1 1 1 2 2", "2 2 2 1 1", "1 1", "1 3 5 7 2 4 6"]
+    found = search_lines(EchoEngine(), PiecesAsNumbers(), lines, DecodeConfig())
+    assert [h for hyps in found for h in hyps] == [
+        Hypothesis([1, 1, 1, 2, 2], -5.0, -10.0, False),
+        Hypothesis([2, 2, 2, 1, 1], -5.0, -10.0, True),
+        Hypothesis([1, 1], -2.0, -4.0, True),
+        Hypothesis([1, 3, 5, 7, 2, 4, 6], -7.0, -14.0, False),  # parts [1 3 5] [7 2 4] [6]
+    ]
+
+
 LONG_LINE = (
     r"WARNING mt.translate: line 1: \d+ pieces, more than the 64 this model takes; translated in \d+ parts"
 )
@@ -88,7 +133,7 @@ LONG_LINE = (
         (
             b"gut\nkaputt \xc3\x28 \xff\n",
             2,
-            [r"WARNING mt.data: <stdin>: invalid UTF-8 on line 2, replaced with U\+FFFD"],
+            [r"WARNING mt: <stdin>: invalid UTF-8 on line 2, replaced with U\+FFFD"],
         ),
         (b"a\x00b\x07c\x1b[0m\x7f\n", 1, []),  # control characters
         ("eins\u2028zwei\x85drei\x0cvier\n".encode(), 1, []),  # not line breaks
@@ -102,7 +147,7 @@ def test_translate_odd_input_kinds(trained, capsys, monkeypatch, data, lines, wa
     assert main(["translate", "--run", str(trained[0])]) == 0
     out, err = capsys.readouterr()
     assert out.count("\n") == lines and (out.endswith("\n") or not out)
-    said = [line.split(" ", 1)[1] for line in err.splitlines()]  # "00:45:11 WARNING mt.data: ..."
+    said = [line.split(" ", 1)[1] for line in err.splitlines()]  # "00:45:11 WARNING mt: ..."
     assert len(said) == len(warnings) and all(map(re.fullmatch, warnings, said)), err
 
 

@@ -1,9 +1,12 @@
 """The Hugging Face export's model card (README.md) and the scores it states: each figure is one the
-exported folder reproduces. Its scores are the folder's own, measured as the export is written: the
-folder reloaded by Transformers alone, `generate` with its generation_config.json over the run's test
-split, sacreBLEU beside the signatures (`generated_scores`). It says what decoding the folder carries,
-where that differs from mt's search and what of the run's decoding it leaves out (mt.hf.generation),
-and holds the run's config (mt_config.yaml), from which `mt train` trains the model again.
+exported folder reproduces. Scores only where asked (`mt export --format hf --score`: minutes on
+Multi30k, where the export alone takes seconds): the folder's own, measured as the export is written,
+the folder reloaded by Transformers alone, `generate` with its generation_config.json over the run's
+test split, sacreBLEU beside the signatures (`generated_scores`); without --score the card states no
+figure of generate's and says how to get them. It says what decoding the folder carries, where that
+differs from mt's search and what of the run's decoding it leaves out (mt.hf.generation), and holds the
+run's config (mt_config.yaml), from which `mt train` trains the model again. It names no path of the
+machine it was made on.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 
 from mt.config import DataConfig, RunConfig, config_to_dict, save_config
 from mt.data import load_split
-from mt.hf.export import export_hf, transformers_modules
+from mt.hf.export import export_hf, refuse_existing, refuse_unmapped, transformers_modules
 from mt.hf.generation import caveats, generation_config, matched_length_penalty
 from mt.metrics import HEADLINE, corpus_scores
 from mt.model import Seq2Seq
@@ -62,9 +65,9 @@ def generated_scores(folder: Path, split: str, src: list[str], ref: list[str], t
 
 def model_card(run: Path, config: dict, card: dict, exported: dict) -> str:
     """README.md of the export. `exported`: the decoding it carries (generation), what the card says of
-    it (caveats), how its length penalty was matched (matched: penalty, lines, of) where it was, its
-    scores (scores: `generated_scores`, or None where the test split could not be read) and an example
-    source line."""
+    it (caveats), how its length penalty was matched (matched: penalty, lines, of) where it was, whether
+    it was scored (scored: --score), its scores (scores: `generated_scores`, or None where it was not
+    scored or the test split could not be read) and an example source line."""
     data, generation = config["data"], exported["generation"]
     name = card.get("config", {}).get("name", run.name)
     lines = [
@@ -80,7 +83,7 @@ def model_card(run: Path, config: dict, card: dict, exported: dict) -> str:
         "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))",
         "```",
         "",
-        *scores_section(exported.get("scores"), generation),
+        *scores_section(exported.get("scores"), generation, exported.get("scored", True)),
         "",
         "## Decoding",
         "",
@@ -91,16 +94,24 @@ def model_card(run: Path, config: dict, card: dict, exported: dict) -> str:
         *[f"- {caveat}" for caveat in exported["caveats"]],
         *matched_line(exported.get("matched")),
         "- an empty line: mt translates it as an empty line; generate writes a sentence for it",
-        f"- a line of more than {data['max_len']} pieces: mt translates it in parts; here the tokenizer cuts "
-        f"it at {generation['max_new_tokens']} pieces (truncation=True above)",
+        f"- a line of more than {data['max_len']} pieces: mt translates it in parts; generate takes it whole "
+        f"up to {generation['max_new_tokens']} pieces, the model's positions, where the tokenizer cuts it "
+        "(truncation=True above: without it, a longer line fails)",
         "",
         *training_lines(card, data),
     ]
     return "\n".join(lines) + "\n"
 
 
-def scores_section(scores: dict | None, generation: dict) -> list[str]:
+def scores_section(scores: dict | None, generation: dict, scored: bool) -> list[str]:
     """The card's Scores section: the folder's own generate, or why there is none."""
+    if not scored:
+        return [
+            "## Scores",
+            "",
+            "None: exported without `--score`. `mt export --format hf --score` measures this folder's "
+            "`generate` on the run's test split (and matches its length penalty on val) as it exports.",
+        ]
     if scores is None:
         return ["## Scores", "", "None: the run's test split could not be read when the folder was exported."]
     labels = " | ".join(m.label for m in HEADLINE)
@@ -134,7 +145,7 @@ def training_lines(card: dict, data: dict) -> list[str]:
     if data["corpus"] == "multi30k":
         terms = MULTI30K_TERMS
     elif data["corpus"] == "files":
-        terms = f"Trained on the files of `{data['dir']}`; their terms apply."
+        terms = f"Trained on the files of a folder `{Path(data['dir']).name}` (data.dir); their terms apply."
     else:
         terms = f"Trained on a corpus mt generates (data.corpus {data['corpus']}): no one's text."
     return [
@@ -152,38 +163,38 @@ def training_lines(card: dict, data: dict) -> list[str]:
     ]
 
 
-def readable_split(cfg: DataConfig, split: str) -> tuple[list[str], list[str]] | None:
+def readable_split(cfg: DataConfig, split: str, scoring: bool) -> tuple[list[str], list[str]] | None:
     """(sources, references) of the run's `split`, or None where they cannot be read here (the corpus
-    is elsewhere): the export is still written, and its card says it holds no scores."""
+    is elsewhere): the export is still written, and where `scoring` its card says it holds no scores."""
     try:
         return load_split(cfg, split)
     except (DataError, ConfigError) as e:
-        log.warning("%s split not read (%s): the model card will hold no scores", split, e)
+        if scoring:
+            log.warning("%s split not read (%s): the model card will hold no scores", split, e)
         return None
 
 
-def export_run(run: Path, config: RunConfig, tokenizer: Tokenizer, model: Seq2Seq, folder: Path) -> Path:
-    """`mt export --format hf` of an opened run into `folder`: the run's decoding (config.decode, as `mt
-    tune` chose it) with its length penalty matched in Transformers' formula on val, the folder written,
-    scored by its own generate on test, with its card, mt_config.yaml and mt_export.json (what was
-    decided, for scripts)."""
-    decode, val, test = config.decode, readable_split(config.data, "val"), readable_split(config.data, "test")
-    exported = {"matched": None, "scores": None}
-    if val and decode.beam > 1:
-        penalty, agree = matched_length_penalty(model, tokenizer, val[0], decode, config.data.max_len)
-        exported["matched"] = {
-            "penalty": penalty,
-            "mt": decode.length_penalty,
-            "lines": agree,
-            "of": len(val[0]),
-        }
-        decode = replace(decode, length_penalty=penalty)
+def export_run(
+    run: Path, config: RunConfig, tokenizer: Tokenizer, model: Seq2Seq, folder: Path, score: bool = False
+) -> Path:
+    """`mt export --format hf` of an opened run into `folder`, refused in one line first where `folder`
+    exists or the model cannot be exported: the run's decoding (config.decode, as `mt tune` chose it)
+    in generation_config.json, with its card, mt_config.yaml and mt_export.json (what was decided, for
+    scripts). With `score` (minutes on Multi30k), its length penalty matched in Transformers' formula
+    on val by mt's beam, and the written folder scored by its own generate on test."""
+    refuse_existing(folder)
+    refuse_unmapped(model.cfg)
+    val, test = (readable_split(config.data, split, score) for split in ("val", "test"))
+    decode, exported = config.decode, {"scored": score, "matched": None, "scores": None}
+    if score and val and decode.beam > 1:
+        exported["matched"] = matched(model, tokenizer, val[0], decode, config.data.max_len)
+        decode = replace(decode, length_penalty=exported["matched"]["penalty"])
     exported["generation"] = generation_config(decode, model.cfg.max_positions)
     exported["caveats"] = caveats(config.decode, model.cfg.max_positions)
     exported["example"] = next((line for split in (test, val) if split for line in split[0] if line), "")
 
     def finish(part: Path) -> None:
-        if test:
+        if score and test:
             exported["scores"] = generated_scores(part, "test", *test, config.bleu_tokenize)
         if (run / "config.yaml").is_file():  # as trained: `mt tune` chose its decoding after
             shutil.copyfile(run / "config.yaml", part / "mt_config.yaml")
@@ -195,3 +206,11 @@ def export_run(run: Path, config: RunConfig, tokenizer: Tokenizer, model: Seq2Se
 
     export_hf(model, tokenizer, exported["generation"], folder, finish)
     return folder
+
+
+def matched(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], decode, max_source: int) -> dict:
+    """mt_export.json's `matched`: the penalty of Transformers' formula that ranks mt's beam's
+    hypotheses of `lines` (val) as mt's `decode` does on the most lines (mt.hf.generation), mt's own,
+    and on how many of how many lines it does."""
+    penalty, agree = matched_length_penalty(model, tokenizer, lines, decode, max_source)
+    return {"penalty": penalty, "mt": decode.length_penalty, "lines": agree, "of": len(lines)}

@@ -214,13 +214,18 @@ def readable(folder: Path) -> None:
         path.chmod(0o666 & ~umask)
 
 
+def refuse_existing(folder: Path) -> None:
+    """A one-line RunDirError where the export's `folder` exists: called before anything is decoded."""
+    if folder.exists():
+        raise RunDirError(f"{folder}: already exists; remove it or give another --out")
+
+
 def export_hf(model: Seq2Seq, tokenizer: Tokenizer, generation: dict, folder: Path, finish: Callable) -> None:
     """Write the Transformers directory `folder` (which must not exist): weights as safetensors, config,
     generation_config.json (`generation`: mt.hf.generation) and tokenizer files, then `finish(part)`'s
-    (mt.hf.card: the model card, scored by the written folder). Written to a sibling folder first and
-    renamed, so that a failed export leaves nothing."""
-    if folder.exists():
-        raise RunDirError(f"{folder}: already exists; remove it or give another --out")
+    (mt.hf.card: the model card, scored by the written folder where asked). Written to a sibling folder
+    first and renamed, so that a failed export leaves nothing."""
+    refuse_existing(folder)
     hf = hf_model(model)
     part = folder.with_name(folder.name + ".part")
     shutil.rmtree(part, ignore_errors=True)

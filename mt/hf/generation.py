@@ -6,18 +6,21 @@ chosen in Transformers' own formula (`matched_length_penalty`).
 Transformers' beam ranks a finished hypothesis by log-probability / length ** penalty, mt's by
 log-probability / ((5 + length) / 6) ** penalty (length: its pieces and eos, in both). Both keep the
 first K hypotheses to finish among the K best of 2K candidates and stop a sentence there (Transformers'
-early_stopping=True), so they rank the same hypotheses and only the formula differs: the export
-carries the penalty under which Transformers' formula picks mt's 1-best among mt's own beam's K
-hypotheses on the most lines of val, and the card says on how many it does.
+early_stopping=True), so they rank the same hypotheses and only the formula differs: exported with
+--score (it decodes val with mt's beam), the folder carries the penalty under which Transformers'
+formula picks mt's 1-best among mt's own beam's K hypotheses on the most lines of val, and the card
+says on how many it does; without, it carries mt's own penalty and the card says so.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import PurePath
 
 from mt.config import BOS, EOS, PAD
 from mt.decode_config import DecodeConfig
 from mt.plumbing.engine_fields import Approximated, ByMt, Carried, Unsupported, carried, set_fields
+from mt.run.names import reverse_runs
 from mt.translate import search_lines
 
 AT = "generate"  # the call that the table's entries carry arguments to: generation_config.json's
@@ -45,8 +48,8 @@ def decode_fields(max_positions: int) -> dict:
             lambda d: d.length_penalty if d.beam > 1 else None,
             AT,
             "Transformers divides a beam's log-probability by length ** penalty where mt divides by "
-            "((5 + length) / 6) ** penalty: the penalty carried is matched on val where the export could "
-            "read it (below), else mt's own",
+            "((5 + length) / 6) ** penalty: the penalty carried is matched on val where the export was "
+            "made with --score and could read val (below), else mt's own",
         ),
         "max_len_a": cap,
         "max_len_b": cap,
@@ -100,8 +103,16 @@ def caveats(decode: DecodeConfig, max_positions: int) -> list[str]:
             said.append(entry.caveat)
     for name, value, entry in set_fields(decode, table):
         if isinstance(entry, Unsupported):
-            said.append(f"left out: the run's decode.{name} {value!r} ({entry.why})")
+            said.append(f"left out: the run's decode.{name} {shown(name, value)!r} ({entry.why})")
     return said
+
+
+def shown(name: str, value):
+    """A decoding option's value as the card writes it: reverse runs (rerank) by their folders' names,
+    never a path of the machine the export was made on."""
+    if name == "rerank":
+        return ",".join(PurePath(run).name for run in reverse_runs(value))
+    return value
 
 
 def matched_length_penalty(searcher, tokenizer, lines: list[str], decode: DecodeConfig, max_source: int):

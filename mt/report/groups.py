@@ -178,8 +178,33 @@ def two_sided_p(t: float, df: float) -> float:
 def seed_groups(runs: list) -> list[list]:
     """mt.report's comparable rows grouped by config without train.seed (nor, for tuned runs, the
     decoding each seed's tuning chose) and by the evaluation shown (RUN@SETTING's two rows of one run
-    stay apart)."""
-    return grouped(runs, lambda run: (without_seed(run.config, "tuning" in run.card), run.setting))
+    stay apart), one run a seed: a run that repeats its group's seed (a copy of one training, or the
+    seed trained again) stands alone (`repeated_seeds` says so)."""
+    found = []
+    for group in grouped(runs, _config_and_setting):
+        by_seed = grouped(group, lambda run: run.config.get(SEED_KEY))
+        found += [[same[0] for same in by_seed], *([run] for same in by_seed for run in same[1:])]
+    return found
+
+
+def repeated_seeds(runs: list) -> list[str]:
+    """The report's note on each run that repeats the train.seed of an earlier run of its group."""
+    notes = []
+    for group in grouped(runs, _config_and_setting):
+        for same in grouped(group, lambda run: run.config.get(SEED_KEY)):
+            if len(same) > 1:
+                repeats = ", ".join(f"`{run.label}`" for run in same[1:])
+                notes.append(
+                    f"> **Not another seed:** {repeats}: the config and train.seed "
+                    f"({same[0].config.get(SEED_KEY)}) of `{same[0].label}`, a copy of one training or the "
+                    f"seed trained again, so each stands alone in the groups; train another seed with "
+                    f"--set train.seed=N."
+                )
+    return notes
+
+
+def _config_and_setting(run) -> tuple:
+    return without_seed(run.config, "tuning" in run.card), run.setting
 
 
 def groups_section(groups: list[list], metrics: list, tokenizer: str) -> list[str]:

@@ -24,7 +24,7 @@ from mt.plumbing.errors import RunDirError
 from mt.plumbing.files import write_text
 from mt.plumbing.script import signature_tokenizer
 from mt.report.curves import plot_curves
-from mt.report.groups import P_THRESHOLD, groups_section, p_text, seed_groups
+from mt.report.groups import P_THRESHOLD, groups_section, p_text, repeated_seeds, seed_groups
 from mt.report.runs import Run, check_one_tokenizer, comparability, load_runs, results_named
 from mt.run.names import chooser_text
 from mt.run.provenance import differing_keys
@@ -100,6 +100,7 @@ def render(runs: list[Run], plots: str) -> str:
     out += _table(runs, tests, best)
     out += ["", "## Verdict", ""] + _verdicts(runs[0], comparable[1:], tests)
     groups = seed_groups(comparable)
+    out += [line for note in repeated_seeds(comparable) for line in ("", note)]
     if any(len(group) > 1 for group in groups):
         out += ["", *groups_section(groups, HEADLINE, signature_tokenizer(base["bleu_signature"]))]
     else:
@@ -152,10 +153,11 @@ def _decoding(run: Run) -> str:
     if not result:
         return f"(no `{run.setting}` result)"
     decode = result.get("decode", {})
+    chooser = chooser_text(decode, run.path)
     how = (
         f"sampled {decode['sample']}"
         if decode.get("sample")
-        else f"beam {result['beam']}, length penalty {result['length_penalty']}{chooser_text(decode)}"
+        else f"beam {result['beam']}, length penalty {result['length_penalty']}{chooser}"
     )
     tuned = f": `{run.key}`, tuned on val" if run.setting.endswith("-tuned") else ""
     return f"{how} (`{run.setting}`{tuned})"

@@ -38,7 +38,7 @@ from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.rescoring.score import score_pairs
 from mt.tokenizer import Tokenizer
-from mt.translate import Engine, as_written, search_lines
+from mt.translate import Engine, as_written, search_lines, source_parts
 
 CHRF_ORDER, CHRF_BETA, BLEU_ORDER = 6, 2, 4  # sacreBLEU's defaults: chrF (not chrF++) and BLEU
 Reverse = list[tuple[Tokenizer, Seq2Seq]]  # the reverse runs' tokenizers and models
@@ -240,7 +240,10 @@ def choose(
 def chosen_search(nbest: bool, reverse: Reverse, tokenize: str) -> Callable:
     """A search with translate_lines' arguments that chooses each line's translation among its pool
     (decode.mbr, decode.rerank), answering as translate_nbest does where `nbest`, else as
-    translate_lines."""
+    translate_lines. A line longer than the model takes is chosen for part by part (`line_parts`), as
+    the search translates it, and its parts' choices joined with a space (the search joins the parts'
+    pieces, so a part whose translation starts mid-word reads as a word of its own): its one
+    hypothesis, scores summed."""
 
     def search(
         searcher: Searcher,
@@ -250,8 +253,35 @@ def chosen_search(nbest: bool, reverse: Reverse, tokenize: str) -> Callable:
         max_source: int | None = None,
         prefixes: list[str] | None = None,
     ):
-        pool = candidate_pool(Lines(searcher, tokenizer, lines, max_source, prefixes), decode)
-        found = choose(pool, lines, decode, reverse, tokenize)
+        owner, parts, part_prefixes = line_parts(Lines(searcher, tokenizer, lines, max_source, prefixes))
+        pool = candidate_pool(Lines(searcher, tokenizer, parts, max_source, part_prefixes), decode)
+        found = joined(choose(pool, parts, decode, reverse, tokenize), owner, len(lines))
         return found if nbest else [line[0][0] for line in found]
 
     return search
+
+
+def line_parts(src: Lines) -> tuple[list[int], list[str], list[str] | None]:
+    """(the line of each part, the parts as text, each part's prefix: its line's for the first) of
+    lines cut into parts as the search cuts them (mt.translate.source_parts); an empty line has none."""
+    owner, pieces = source_parts(src.tokenizer, src.lines, src.searcher, src.max_source)
+    firsts = [j == 0 or owner[j - 1] != i for j, i in enumerate(owner)]
+    prefixes = [src.prefixes[i] if first else "" for i, first in zip(owner, firsts)] if src.prefixes else None
+    return owner, src.tokenizer.decode(pieces), prefixes
+
+
+def joined(
+    found: list[list[tuple[str, float]]], owner: list[int], lines: int
+) -> list[list[tuple[str, float]]]:
+    """Each line's n-best from its parts' (`owner`: each part's line): a line of one part keeps its
+    list, a line of several gets their best joined with a space and their scores summed, an empty line
+    one empty translation scored 0."""
+    by_line: list[list[list[tuple[str, float]]]] = [[] for _ in range(lines)]
+    for i, part in zip(owner, found):
+        by_line[i].append(part)
+    for i, parts in enumerate(by_line):
+        if len(parts) != 1:
+            by_line[i] = [
+                [(" ".join(p[0][0] for p in parts), sum(p[0][1] for p in parts))] if parts else [("", 0.0)]
+            ]
+    return [parts[0] for parts in by_line]

@@ -39,7 +39,7 @@ from typing import Callable, Iterator
 import torch
 
 from mt.config import RunConfig, read_saved_config, save_config
-from mt.decode_config import TUNED, DecodeConfig, reverse_runs
+from mt.decode_config import TUNED, DecodeConfig
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.plumbing.errors import RunDirError, WriteError
@@ -48,7 +48,7 @@ from mt.rescoring.rerank import Reverse
 from mt.run.card import card_tuning
 from mt.run.checkpoint import build_model, load_checkpoint, stored_config
 from mt.run.metrics_log import MetricsLog, keep_metrics_until
-from mt.run.names import evaluation_name
+from mt.run.names import evaluation_name, reverse_runs
 from mt.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -160,11 +160,14 @@ def stored_runs(rerank: str, run_dir: str | Path) -> str:
 
 
 def runs_from(stored: str, run_dir: Path) -> str:
-    """The runs a card's decode.rerank names (`stored_runs`), from the working directory; a card
-    tuned before runs were stored that way names them from the folder it was tuned in."""
+    """The runs a card's decode.rerank names (`stored_runs`: from the run's resolved folder, so a run
+    folder that is a link finds them where the run really is), from the working directory (absolute
+    where `run_dir` is); a card tuned before runs were stored that way names them from the folder it
+    was tuned in, where no run lies at the stored path from the run."""
     found = []
     for run in reverse_runs(stored):
-        beside = os.path.normpath(run_dir / run)
+        beside = os.path.normpath(run_dir.resolve() / run)
+        beside = beside if run_dir.is_absolute() else os.path.relpath(beside)
         found.append(run if not Path(beside).is_dir() and Path(run).is_dir() else beside)
     return ",".join(found)
 

@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
-from mt.decode_config import DecodeConfig, reverse_runs
+from mt.decode_config import DecodeConfig
 
 
 def sampling_name(decode: DecodeConfig) -> str:
@@ -28,6 +28,11 @@ def mbr_name(decode: DecodeConfig) -> str:
     temperature = f"-t{decode.mbr_temperature:g}" if decode.mbr_temperature != 1.0 else ""
     seed = f"-seed{decode.seed}" if decode.seed else ""
     return f"mbr{decode.mbr}-s{decode.mbr_samples}{temperature}{seed}"
+
+
+def reverse_runs(rerank: str) -> list[str]:
+    """decode.rerank's runs: "runs/a,runs/b" -> ["runs/a", "runs/b"]."""
+    return [run.strip() for run in rerank.split(",") if run.strip()]
 
 
 def rerank_name(decode: DecodeConfig) -> str:
@@ -93,12 +98,15 @@ def evaluation_name(split: str, decode: DecodeConfig, checkpoint: str = "best", 
     return "-".join(part for part in parts if part)
 
 
-def chooser_text(setting: dict) -> str:
+def chooser_text(setting: dict, run_dir: str | Path | None = None) -> str:
     """How a card or a report says what chose the translation after the search, given a decode config's
     fields: ", MBR by sentence chrf over the beam and 16 samples", ", reranked by runs/en-de at weight
-    0.5", or "" for the search's own best."""
+    0.5", or "" for the search's own best. A reverse run that is `run_dir` itself (a both-directions
+    run reranking its own beam) is "itself"."""
     if setting.get("mbr"):
         return f", MBR by sentence {setting['mbr']} over the beam and {setting.get('mbr_samples', 0)} samples"
     if setting.get("rerank"):
-        return f", reranked by {setting['rerank']} at weight {setting.get('rerank_weight', 1.0):g}"
+        itself = Path(run_dir).resolve() if run_dir is not None else None
+        runs = ["itself" if Path(run).resolve() == itself else run for run in reverse_runs(setting["rerank"])]
+        return f", reranked by {','.join(runs)} at weight {setting.get('rerank_weight', 1.0):g}"
     return ""

@@ -37,7 +37,7 @@ from mt.model import count_parameters
 from mt.plumbing.errors import ServeError
 from mt.run.card import card_summary, card_tuning
 from mt.run.folder import tuned_options
-from mt.serving.limits import ServeLimits
+from mt.serving.limits import ServeLimits, check_run_fits
 from mt.serving.requests import (
     AttentionRequest,
     Refused,
@@ -259,6 +259,7 @@ def serve(translator: Translator, host: str, port: int, limits: ServeLimits) -> 
     options (from_run's) are those of requests that do not name them."""
     import uvicorn
 
+    check_run_fits(translator.decode.beam, limits)
     worker = Worker(translator, limits)
     info = server_info(translator, limits)
     http = uvicorn.Server(uvicorn.Config(create_app(worker, info), host=host, port=port, log_level="warning"))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from mt.plumbing.errors import ServeError
+
 
 def limit(default: float, help: str):
     return dataclasses.field(default=default, metadata={"help": help})
@@ -23,3 +25,14 @@ class ServeLimits:
     max_wait_ms: float = limit(
         5.0, "how long it waits for another request once the queue is empty (10x at most in all)"
     )
+
+
+def check_run_fits(beam: int, limits: ServeLimits) -> None:
+    """Refuses, before serving, a run whose own decoding (its config's or `mt tune`'s beam, the one a
+    request that names none gets) is over the limits: every such request would be refused."""
+    if beam > limits.max_beam:
+        raise ServeError(
+            f"the run translates with beam {beam}, more than --max-beam {limits.max_beam}, so every request "
+            f"that names no beam would be refused; give --max-beam {beam} or more, or --beam "
+            f"{limits.max_beam} to serve a smaller beam"
+        )

@@ -32,7 +32,7 @@ class Refused(Exception):
         self.status, self.name = status, name
 
 
-SERVER_CHOSEN = ("engine", "compute_type", "batch_tokens", "rerank")  # fixed when mt serve starts (its flags)
+SERVER_CHOSEN = ("engine", "compute_type", "batch_tokens")  # fixed when mt serve starts (its flags)
 
 
 def request_field(name: str) -> tuple[Any, Any]:
@@ -108,6 +108,13 @@ def attention_index(req: AttentionRequest, lines: list[str]) -> int:
 def request_decoding(default: DecodeConfig, req: TranslateRequest, limits: ServeLimits) -> DecodeConfig:
     """The run's decode config with the request's options; a conflict is a 422 naming the option."""
     options = req.model_dump(include={f.name for f in dataclasses.fields(DecodeConfig)})  # not prefixes
+    if req.rerank not in (None, "", default.rerank):  # the server opens reverse runs once, as it starts
+        raise Refused(
+            422,
+            "rerank",
+            f"rerank: {req.rerank!r} is not the server's reranking ({default.rerank!r}); a request may clear "
+            f'it ("") or name the server\'s; rerank by another run with mt serve --rerank RUN',
+        )
     try:
         decode = decoding(default, options, REQUEST)
     except ConfigError as e:
