@@ -252,7 +252,6 @@ def function_lengths() -> dict[str, int]:
 # about 100 lines).
 LONGER = {
     "decode.greedy_decode": (70, "a search read top to bottom, one step a loop"),
-    "decode.beam_search": (100, "a search read whole, its per-step helpers split out"),
     "step.train_step": (65, "one optimizer update, micro-batches to host sync, read top to bottom"),
     "train.train": (60, "the one visible training loop, read whole"),
 }

@@ -291,11 +291,6 @@ def generate_sentences(rng: random.Random) -> dict[str, str]:
     return {"de": _sentence(words["de"]), "en": _sentence(words["en"]), "zh": "".join(words["zh"]) + "。"}
 
 
-def generate_pair(rng: random.Random) -> tuple[str, str]:
-    sentences = generate_sentences(rng)
-    return sentences["de"], sentences["en"]
-
-
 SPLIT_SIZES = {"train": 8000, "val": 400, "test": 500}
 
 

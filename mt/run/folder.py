@@ -172,14 +172,6 @@ def runs_from(stored: str, run_dir: Path) -> str:
     return ",".join(found)
 
 
-def run_config(run_dir: str | Path) -> RunConfig:
-    """DIR/config.yaml, for what a command checks before it loads a model; a missing run directory is
-    load_run's one line."""
-    if not Path(run_dir).is_dir():
-        raise RunDirError(f"{run_dir}: run directory not found")
-    return read_saved_config(Path(run_dir) / "config.yaml")
-
-
 def open_reverse(rerank: str, cfg: RunConfig, device: torch.device) -> Reverse:
     """decode.rerank's runs opened at best.pt: each must translate cfg's target language into its
     source, or learn both directions (data.both_directions: `make bit`'s first stage reranks its own
