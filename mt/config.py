@@ -123,6 +123,10 @@ class TrainConfig:
     max_steps: int = within(100_000, 1, resumable=True)
     max_minutes: float = within(0.0, 0.0, resumable=True)  # wall-clock budget for the loop; 0 = none
     label_smoothing: float = within(0.1, 0.0, 0.99)
+    # the share of max_steps trained with every dropout of the model off (model.dropout, attention_dropout,
+    # activation_dropout), each at its rate after: a short budget learns fastest without it early and
+    # needs it late (docs/multi30k-recipe, issue 103); 0 = on from the first update
+    dropout_start: float = within(0.0, 0.0, 0.99)
     # tf32: fp32 with TF32 matmuls (CUDA); auto: bf16 where the device has it natively, else fp32
     precision: str = choice("fp32", "fp32", "tf32", "bf16", "fp16", "auto")
     device: str = choice("auto", "auto", "cpu", "cuda", resumable=True)
@@ -221,6 +225,11 @@ def check_config(cfg: RunConfig) -> RunConfig:
         check_precision(cfg.train.precision, "cpu")
     decoding(DecodeConfig(), dataclasses.asdict(cfg.decode))  # n_best <= beam, in the config's terms
     _check_lineage(cfg.train, cfg.tokenizer)
+    if cfg.train.dropout_start and not (m.dropout or m.attention_dropout or m.activation_dropout):
+        raise ConfigError(
+            f"train.dropout_start: {cfg.train.dropout_start} starts no dropout (model.dropout, "
+            "attention_dropout and activation_dropout are 0); set one of them, or leave it 0"
+        )
     if cfg.data.max_len + 2 > m.max_positions:
         raise ConfigError(
             f"data.max_len ({cfg.data.max_len}) + 2 exceeds model.max_positions ({m.max_positions})"

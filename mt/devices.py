@@ -108,10 +108,10 @@ class Dropout(nn.Module):
 
     def __init__(self, p: float):
         super().__init__()
-        self.p = p
+        self.p, self.on = p, True  # on: train.dropout_start's switch (Seq2Seq.use_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0:
+        if not self.training or self.p == 0.0 or not self.on:
             return x
         # CUDA's generator is fast and its dropout kernel fused; under torch.compile the mask's random numbers
         # are made inside the fused kernel, where the in-place random_ below would break the graph at every

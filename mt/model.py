@@ -52,7 +52,7 @@ class Attention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, cross: bool = False):
         super().__init__()
-        self.n_heads, self.dropout, self.cross = n_heads, dropout, cross
+        self.n_heads, self.dropout, self.cross, self.on = n_heads, dropout, cross, True
         if cross:
             self.q_proj = nn.Linear(d_model, d_model)
             self.kv_proj = nn.Linear(d_model, 2 * d_model)
@@ -96,7 +96,7 @@ class Attention(nn.Module):
         B = k.size(0)
         if N != B:
             q = q.view(B, N // B, H, T, Dh).transpose(1, 2).reshape(B, H, N // B * T, Dh)  # (B, H, G*T, Dh)
-        p = self.dropout if self.training else 0.0
+        p = self.dropout if self.training and self.on else 0.0
         out = attend(q, k, v, mask, p, causal)  # (B, H, G*T, Dh)
         out = out.view(B, H, N // B, T, Dh).permute(0, 2, 3, 1, 4)  # (B, G, T, H, Dh)
         return self.out_proj(out.reshape(N, T, H * Dh))  # (N, T, D)
@@ -240,6 +240,13 @@ class Seq2Seq(nn.Module):
         for part in parts:
             for module in modules[part]:
                 module.requires_grad_(False)
+
+    def use_dropout(self, on: bool) -> None:
+        """Every dropout of the model (model.dropout, attention_dropout, activation_dropout) at its rate, or
+        none: train.dropout_start switches them on part-way through a run (mt.training.step.dropout_on)."""
+        for module in self.modules():
+            if isinstance(module, (Dropout, Attention)):
+                module.on = on
 
     def _embed(self, embed: nn.Embedding, ids: Tensor, offset: int) -> Tensor:
         """ids (B, L) -> (B, L, D): scaled token embedding + sinusoidal position from `offset`."""

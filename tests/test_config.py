@@ -121,6 +121,18 @@ def test_out_of_range(tmp_path):
         load_config(write(tmp_path, "train:\n  warmup_steps: 0\n"))
 
 
+def test_a_dropout_start_needs_dropout_to_start(tmp_path):
+    with pytest.raises(ConfigError, match=r"train.dropout_start: 1.0 is out of range, must be <= 0.99"):
+        load_config(write(tmp_path, "train:\n  dropout_start: 1.0\n"))
+    with pytest.raises(
+        ConfigError,
+        match=r"train.dropout_start: 0.5 starts no dropout \(model.dropout, attention_dropout and "
+        r"activation_dropout are 0\); set one of them, or leave it 0",
+    ):
+        load_config(write(tmp_path, "model:\n  dropout: 0.0\ntrain:\n  dropout_start: 0.5\n"))
+    assert load_config(write(tmp_path, "train:\n  dropout_start: 0.5\n")).train.dropout_start == 0.5
+
+
 def test_cross_field_check(tmp_path):
     with pytest.raises(ConfigError, match=r"model.d_model \(100\) must be divisible by model.n_heads \(3\)"):
         load_config(write(tmp_path, "model:\n  d_model: 100\n  n_heads: 3\n"))

@@ -204,6 +204,33 @@ def test_dropout_rate_scale_and_eval_identity():
     assert set(xg.grad.unique().tolist()) <= {0.0, scale}
 
 
+def test_a_model_with_its_dropout_off_trains_as_one_without_dropout():
+    """use_dropout(False) (train.dropout_start's early updates) turns off every kind: model.dropout,
+    attention_dropout and activation_dropout, and draws no random number; True puts them back."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        d_model=16, n_heads=2, layers=1, d_ff=32, dropout=0.3, attention_dropout=0.3, activation_dropout=0.3
+    )
+    model = Seq2Seq(cfg, 30)
+    src, tgt = torch.randint(4, 30, (2, 5)), torch.randint(4, 30, (2, 6))
+    masks = torch.ones_like(src, dtype=torch.bool), torch.ones_like(tgt, dtype=torch.bool)
+    expected = model.eval()(src, masks[0], tgt, masks[1])
+    model.train().use_dropout(False)
+    state = torch.get_rng_state()
+    assert torch.equal(model(src, masks[0], tgt, masks[1]), expected)
+    assert torch.equal(torch.get_rng_state(), state)
+    model.use_dropout(True)
+    assert not torch.allclose(model(src, masks[0], tgt, masks[1]), expected)
+    for rate in ("dropout", "attention_dropout", "activation_dropout"):  # each kind on its own is switched
+        rates = {"dropout": 0.0, rate: 0.5}
+        alone = Seq2Seq(ModelConfig(d_model=16, n_heads=2, layers=1, d_ff=32, **rates), 30)
+        off = alone.eval()(src, masks[0], tgt, masks[1])
+        alone.train().use_dropout(False)
+        assert torch.equal(alone(src, masks[0], tgt, masks[1]), off), rate
+        alone.use_dropout(True)
+        assert not torch.allclose(alone(src, masks[0], tgt, masks[1]), off), rate
+
+
 def test_the_causal_flag_gives_the_masked_outputs_at_real_positions(small_model, monkeypatch):
     """The GPU path (SDPA's is_causal, no mask) against the explicit pad-and-causal mask, on
     right-padded targets: the same logits wherever the target is real."""

@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import metrics, mt_cli, weights
 
+from mt.training.step import train_step
 from mt.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +65,37 @@ def test_tensorboard_shows_each_step_of_a_resumed_run_once(tmp_path, tiny_config
         assert len(list(folder.glob("events.out.tfevents.*"))) == (1 if folder == straight else 3)
         losses = [(e.step, e.value) for e in events.Scalars("loss")]
         assert losses == [(step, pytest.approx(loss, rel=1e-6)) for step, loss, _ in train_losses(run)]
+
+
+def test_dropout_start_trains_its_share_without_dropout_and_resumes_across_the_switch(
+    tmp_path, tiny_config, monkeypatch
+):
+    """train.dropout_start=0.5 of 6 updates: updates 1-3 are those of a run with no dropout, 4-6 are not; a
+    run killed after update 2 (its last.pt from train.save_every) resumes across the switch to the same
+    weights and losses as one go."""
+    logged = ["train.log_every=1", "train.valid_every=100", "train.tune=false", "model.dropout=0.3"]
+    scheduled = [*logged, "train.max_steps=6", "train.dropout_start=0.5"]
+    straight, none, killed = tmp_path / "straight", tmp_path / "none", tmp_path / "killed"
+    train(tiny_config(*scheduled), straight)
+    train(tiny_config(*logged, "train.max_steps=6", "model.dropout=0.0"), none)
+    assert train_losses(straight)[:3] == train_losses(none)[:3]
+    assert all(a[1] != b[1] for a, b in zip(train_losses(straight)[3:], train_losses(none)[3:]))
+    updates = []
+
+    def dies_at_the_third(*args, **kwargs):
+        updates.append(1)
+        if len(updates) == 3:
+            raise RuntimeError("killed")
+        return train_step(*args, **kwargs)
+
+    monkeypatch.setattr("mt.training.train.train_step", dies_at_the_third)
+    with pytest.raises(RuntimeError, match="killed"):
+        train(tiny_config(*scheduled, "train.save_every=1"), killed)
+    monkeypatch.undo()
+    assert torch.load(killed / "last.pt", weights_only=True)["progress"]["step"] == 2
+    train(tiny_config(*scheduled, "train.save_every=1"), killed)
+    assert_same_weights(weights(straight / "last.pt"), weights(killed / "last.pt"))
+    assert train_losses(straight) == train_losses(killed)
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from mt.batching import Pairs, make_batch
 from mt.config import ModelConfig, TrainConfig
 from mt.model import Seq2Seq
 from mt.training.epochs import widened
-from mt.training.step import batch_loss, inverse_sqrt_lr, learning_rate, train_step
+from mt.training.step import batch_loss, dropout_on, inverse_sqrt_lr, learning_rate, train_step
 
 
 def test_warmup_schedule_values():
@@ -30,6 +30,13 @@ def test_linear_schedule_ends_at_zero_with_the_budget():
     assert learning_rate(t, 600) == pytest.approx(4e-4)
     assert learning_rate(t, 1000) == 0.0
     assert learning_rate(TrainConfig(lr=1e-3, warmup_steps=400), 1600) == inverse_sqrt_lr(1600, 1e-3, 400)
+
+
+def test_dropout_comes_on_after_its_share_of_the_budget():
+    t = TrainConfig(max_steps=10, dropout_start=0.55)
+    assert [dropout_on(t, step) for step in range(1, 11)] == [False] * 5 + [True] * 5
+    assert [dropout_on(TrainConfig(max_steps=4, dropout_start=0.5), step) for step in (2, 3)] == [False, True]
+    assert dropout_on(TrainConfig(max_steps=10), 1)  # 0: on from the first update
 
 
 def _model_and_batches(seed: int = 0):

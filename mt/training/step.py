@@ -33,6 +33,13 @@ def learning_rate(t: TrainConfig, step: int) -> float:
     return t.lr * max(0.0, min(step / t.warmup_steps, 1.0 - step / t.max_steps))
 
 
+def dropout_on(t: TrainConfig, step: int) -> bool:
+    """train.dropout_start at update `step` (from 1): the model's dropout off for that share of
+    train.max_steps, then on. A function of the step alone, so a resumed run switches where an
+    uninterrupted one does."""
+    return step > t.dropout_start * t.max_steps
+
+
 def batch_loss(model: torch.nn.Module, batch: Batch, epsilon: float) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed loss and NLL of a batch's target tokens, teacher-forced, over the output
     layer's pieces (model.output_pieces: the smoothing spreads over those); `model` may be wrapped in

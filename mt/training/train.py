@@ -35,7 +35,7 @@ from mt.run.resume import Resumed, resume_checkpoint
 from mt.training import distributed
 from mt.training.finish import finish, stop_reason, summary, time_capped, warn_time_capped
 from mt.training.session import Session, best_so_far, save, setup, write_metrics
-from mt.training.step import StepStats, learning_rate, train_step
+from mt.training.step import StepStats, dropout_on, learning_rate, train_step
 from mt.training.tuning import tune_unless_tuned
 from mt.training.validation import validate
 
@@ -290,6 +290,7 @@ def train(cfg: RunConfig, run_dir: str | Path, force_new: bool = False) -> dict:
                     p.epoch, p.batch_index, t.accumulate * ranks.world
                 )
                 lr = learning_rate(t, p.step + 1)
+                s.model.use_dropout(dropout_on(t, p.step + 1))
                 start = time.perf_counter()
                 with distributed.peers_lost():
                     stats = train_step(
