@@ -15,6 +15,8 @@ declare -A ARMS=(
   [sched55-ls2-2800]="train.max_steps=2800 train.dropout_start=0.55 train.label_smoothing=0.2"
   [t512-4500]="train.max_steps=4500 train.max_tokens=512 train.warmup_steps=1600"
   [sched55-t512-4600]="train.max_steps=4600 train.max_tokens=512 train.warmup_steps=1600 train.dropout_start=0.55"
+  [sched55-4000]="train.dropout_start=0.55"
+  [ls2-2750]="train.max_steps=2750 train.label_smoothing=0.2"
 )
 SEED=${SEED:-1}
 MT=${MT:-.venv/bin/mt}
@@ -43,7 +45,7 @@ for run in sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir()):
     val = [r for r in rows if "val_loss" in r]
     timing = Path(f"{run}.time.txt")
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", timing.read_text()) if timing.exists() else None
-    best = tune.get("best", {}) if isinstance(tune, dict) else {}
+    best = tune.get("chosen", {}) if isinstance(tune, dict) else {}
     print(f"| {run.name} | {t.get('steps', '?')} | {t.get('train_s', '?')} | {t.get('tokens_per_s', '?')} | "
           f"{val[-1]['val_loss'] if val else '?'} | {best.get('bleu', '?')} | {best.get('beam', '?')}, "
           f"{best.get('length_penalty', '?')} | {int(rss.group(1)) // 1024 if rss else '?'} |")
