@@ -42,7 +42,7 @@ from mt.ct2.export import export_model
 from mt.decode import Ensemble
 from mt.decode_config import DecodeConfig, decoding
 from mt.devices import resolve_device
-from mt.hf.card import export_run
+from mt.hf.export import export_run
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.plumbing.errors import ConfigError, RunDirError
@@ -241,7 +241,7 @@ class Translator:
     ) -> Path:
         """`mt export`: the checkpoint as a CTranslate2 model directory (default RUN/ct2, which engine
         ctranslate2 reads), with a note of the checkpoint's file, its sha256 and the run's config; or
-        with format "hf" a Transformers model directory (default RUN/hf, mt.hf.card), at full precision,
+        with format "hf" a Transformers model directory (default RUN/hf, mt.hf.export), at full precision,
         its card scored by its own generate (and its length penalty matched on val) where `score`."""
         if format == "hf":
             if quantization not in ("none", "float32"):

@@ -20,6 +20,7 @@ from pathlib import PurePath
 from mt.config import BOS, EOS, PAD
 from mt.decode_config import DecodeConfig
 from mt.plumbing.engine_fields import Approximated, ByMt, Carried, Unsupported, carried, set_fields
+from mt.plumbing.errors import ConfigError
 from mt.run.names import reverse_runs
 from mt.translate import search_lines
 
@@ -29,6 +30,15 @@ CHOOSES_AFTER = (
 )
 # the penalties tried in Transformers' formula, 0 to 3 by 0.05
 HF_PENALTIES = tuple(round(0.05 * k, 2) for k in range(61))
+
+
+def transformers_modules():
+    """transformers, or a one-line ConfigError saying how to install it."""
+    try:
+        import transformers
+    except ImportError:
+        raise ConfigError("--format hf needs Transformers: pip install -e '.[hf]'", "format") from None
+    return transformers
 
 
 def decode_fields(max_positions: int) -> dict:
