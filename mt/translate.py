@@ -18,7 +18,7 @@ import torch
 from mt.batching import source_batch, token_batches
 from mt.config import PAD
 from mt.data import normalize
-from mt.decode import Ensemble, Hypothesis, search
+from mt.decode import Ensemble, Hypothesis, Sources, search
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.plumbing.seeds import derived_seed
@@ -167,7 +167,7 @@ def _search_groups(
     for parts, prefixes, seeds in batches:
         src, src_mask = (t.to(device) for t in source_batch(parts))
         prefix = _pad(prefixes).to(device) if any(prefixes) else None
-        yield search(model, src, src_mask, cfg, use_cache, prefix, seeds)
+        yield search(model, Sources(src, src_mask, prefix), cfg, use_cache, seeds)
 
 
 def weights_device(model: Seq2Seq | Ensemble) -> torch.device:

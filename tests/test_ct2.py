@@ -288,25 +288,33 @@ def test_a_refused_field_is_refused_with_its_reason_and_carried_fields_build_the
     refuses it in one line with the table's reason; at its default nothing changes. The calls' arguments
     are what the Carried entries make, and nothing else."""
     extended = dataclasses.make_dataclass(
-        "Extended", [("min_len", int, dataclasses.field(default=0))], bases=(DecodeConfig,), frozen=True
+        "Extended", [("coverage", int, dataclasses.field(default=0))], bases=(DecodeConfig,), frozen=True
     )
-    table = {**DECODE_FIELDS, "min_len": Unsupported("no minimum length here, for the sake of this test")}
+    table = {**DECODE_FIELDS, "coverage": Unsupported("no coverage penalty here, for the sake of this test")}
     unmapped(extended(), table, "decode")
     with pytest.raises(ConfigError) as e:
-        unmapped(extended(min_len=3), table, "decode")
+        unmapped(extended(coverage=3), table, "decode")
     assert str(e.value) == (
-        "decode.min_len: 3 is refused by the ctranslate2 engine (no minimum length here, for the sake of "
-        "this test); decode with the torch engine"
+        "decode.coverage: 3 is refused by the ctranslate2 engine (no coverage penalty here, for the sake "
+        "of this test); decode with the torch engine"
     )
     cfg = DecodeConfig(beam=4, no_repeat_ngram=3, compute_type="int8")
     search = {e.argument for e in DECODE_FIELDS.values() if isinstance(e, Carried) and e.at == "search"}
-    assert search == {"beam_size", "no_repeat_ngram_size"}
-    assert carried(cfg, DECODE_FIELDS, "search") == {"beam_size": 4, "no_repeat_ngram_size": 3}
+    assert search == {"beam_size", "no_repeat_ngram_size", "min_decoding_length"}
+    assert carried(cfg, DECODE_FIELDS, "search") == {
+        "beam_size": 4,
+        "no_repeat_ngram_size": 3,
+        "min_decoding_length": 0,
+    }
     assert carried(cfg, DECODE_FIELDS, "load") == {"compute_type": "int8"}
     deep = dataclasses.replace(TEXT_MODEL, encoder_layers=3, decoder_layers=1, norm="post")
     assert carried(deep, MODEL_FIELDS, "spec") == {"num_heads": 4, "num_layers": (3, 1), "pre_norm": False}
     unset = {**DECODE_FIELDS, "seed": Carried("random_seed", lambda cfg: None)}  # valued None: left out
-    assert carried(cfg, unset, "search") == {"beam_size": 4, "no_repeat_ngram_size": 3}
+    assert carried(cfg, unset, "search") == {
+        "beam_size": 4,
+        "no_repeat_ngram_size": 3,
+        "min_decoding_length": 0,
+    }
 
 
 # A value other than the tests' own for every option: each field of ModelConfig and DecodeConfig is
@@ -333,6 +341,7 @@ DECODE_VALUES = {
     "max_len_a": 0.5,
     "max_len_b": 2,
     "no_repeat_ngram": 2,
+    "min_len": 8,
     "batch_tokens": 40,
     "engine": "ctranslate2",
     "compute_type": "float32",

@@ -102,6 +102,29 @@ def test_greedy_scores_and_beam_through_transformers_equal_mts(exported):
         assert theirs.tolist() == pytest.approx(scored.token_logprobs, abs=1e-4)
 
 
+def test_min_len_through_transformers_min_new_tokens_is_mts_greedy(exported):
+    """decode.min_len carried as min_new_tokens: greedy through generate equals mt's greedy on lines the
+    150-update model ends early (eos banned before the minimum in both, argmax unchanged by where)."""
+    run, folder = exported
+    model, tokenizer = reloaded(folder)
+    mine = Translator.from_run(run, device="cpu")
+    lines = LINES[:3]
+    plain = [len(mine.tokenizer.encode_target([t])[0]) for t in mine.translate(lines, beam=1)]
+    at_least = max(plain) + 2
+    carried = generation_config(DecodeConfig(beam=1, min_len=at_least), 64)["min_new_tokens"]
+    assert carried == at_least
+    theirs, decode = [], mine.config.decode
+    for line in lines:  # at mt's own length limit a * S + b for it, as generate has none of its own
+        batch = tokenizer([line], return_tensors="pt")
+        limit = int(decode.max_len_a * batch["input_ids"].size(1) + decode.max_len_b)
+        with torch.no_grad():
+            out = model.generate(**batch, num_beams=1, min_new_tokens=carried, max_new_tokens=limit)
+        theirs.append(tokenizer.decode(out[0], skip_special_tokens=True))
+    ours = mine.translate(lines, beam=1, min_len=at_least)
+    assert theirs == ours
+    assert all(len(mine.tokenizer.encode_target([t])[0]) >= at_least for t in ours)
+
+
 def test_the_export_holds_weights_config_generation_tokenizer_and_card(exported):
     run, folder = exported
     names = {p.name for p in folder.iterdir()}

@@ -37,8 +37,8 @@ LAYERS = {
         "kv_cache",
         "output_pieces",
         "model",
-        "loss",
         "ensemble",
+        "score_filters",
         "decode",
         "translate",
     ],
@@ -63,6 +63,7 @@ LAYERS = {
         "training.epochs",
         "training.compute",
         "training.distributed",
+        "training.loss",
         "training.step",
         "training.validation",
         "training.tuning",
@@ -204,7 +205,9 @@ def test_model_knows_only_torch_and_its_config():
         "ensemble",
         "model",
         "plumbing.seeds",
+        "score_filters",
     }
+    assert mt_imports(PACKAGE / "score_filters.py") == {"config", "decode_config"}
     assert mt_imports(PACKAGE / "output_pieces.py") == {"config"}
 
 
@@ -212,7 +215,7 @@ def test_model_knows_only_torch_and_its_config():
 # side takes its special ids from config and its batches as tensors, so it decodes and trains without
 # the text's files.
 TEXT = {"tokenizer", "generated.toy", "generated.synthetic", "data", "batching"}
-MODEL = {"devices", "kv_cache", "output_pieces", "model", "loss", "ensemble", "decode"}
+MODEL = {"devices", "kv_cache", "output_pieces", "model", "ensemble", "score_filters", "decode"}
 
 
 # Training is below nothing that only uses a run: outside mt/training/ only the command line imports it,
