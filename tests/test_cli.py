@@ -7,7 +7,7 @@ import re
 import pytest
 from conftest import mt_cli
 
-from mt.metrics import corpus_scores
+from mt.plumbing.metrics import corpus_scores
 
 
 @pytest.mark.slow

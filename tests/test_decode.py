@@ -21,7 +21,7 @@ from mt.kv_cache import KVCache
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.spelling import COMMAND_LINE, REQUEST
-from mt.translate import search_lines
+from mt.translate import SearchRequest, search_lines
 
 
 def test_cached_and_uncached_greedy_are_identical(any_model, tokenizer, toy):
@@ -155,8 +155,13 @@ def test_min_len_bans_eos_until_that_many_pieces_in_greedy_and_beam():
 
 def test_min_len_lengthens_the_lines_a_trained_model_ends_early_and_no_other(trained_model, tokenizer, toy):
     lines = toy["test"][0][:80]
-    plain = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, DecodeConfig())]
-    long = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, DecodeConfig(min_len=6))]
+    plain = [
+        h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), DecodeConfig())
+    ]
+    long = [
+        h[0].tokens
+        for h in search_lines(SearchRequest(trained_model, tokenizer, lines), DecodeConfig(min_len=6))
+    ]
     short = [i for i, tokens in enumerate(plain) if len(tokens) < 6]
     assert short, "no line of the fixture ends before 6 pieces: the test would test nothing"
     assert all(len(long[i]) >= 6 for i in short)
@@ -267,23 +272,36 @@ def test_cached_and_uncached_beam_are_identical(any_model, tokenizer, toy):
 
 def test_sampling_near_zero_temperature_or_from_the_top_one_piece_is_greedy(trained_model, tokenizer, toy):
     lines = toy["test"][0][:40]
-    greedy = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, DecodeConfig())]
+    greedy = [
+        h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), DecodeConfig())
+    ]
     for sample, temperature in (("topk:50", 1e-4), ("topp:0.9", 1e-4), ("topk:1", 1.0)):
         cfg = DecodeConfig(sample=sample, temperature=temperature, seed=3)
-        assert [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, cfg)] == greedy, sample
+        assert [
+            h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)
+        ] == greedy, sample
 
 
 def test_samples_are_seeded_reproducible_and_independent_of_the_batch(trained_model, tokenizer, toy):
     lines, cfg = toy["test"][0][:30], DecodeConfig(sample="topk:20", temperature=1.5, seed=7)
-    drawn = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, cfg)]
-    assert [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, cfg)] == drawn
+    drawn = [h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)]
+    assert [h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)] == drawn
     one_by_one = dataclasses.replace(cfg, batch_tokens=16)  # a batch per line
-    assert [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, one_by_one)] == drawn
-    reversed_lines = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines[::-1], cfg)]
-    other_seed = [
-        h[0].tokens for h in search_lines(trained_model, tokenizer, lines, dataclasses.replace(cfg, seed=8))
+    assert [
+        h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), one_by_one)
+    ] == drawn
+    reversed_lines = [
+        h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines[::-1]), cfg)
     ]
-    greedy = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, DecodeConfig())]
+    other_seed = [
+        h[0].tokens
+        for h in search_lines(
+            SearchRequest(trained_model, tokenizer, lines), dataclasses.replace(cfg, seed=8)
+        )
+    ]
+    greedy = [
+        h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), DecodeConfig())
+    ]
     assert (
         sum(a != b for a, b in zip(drawn, other_seed)) >= 10
         and sum(a != b for a, b in zip(drawn, greedy)) >= 10
@@ -293,12 +311,12 @@ def test_samples_are_seeded_reproducible_and_independent_of_the_batch(trained_mo
 
 def test_n_samples_per_line_are_n_seeded_draws_the_first_the_one_sample(trained_model, tokenizer, toy):
     lines, cfg = toy["test"][0][:12], DecodeConfig(sample="topk:20", temperature=1.5, seed=7)
-    one = search_lines(trained_model, tokenizer, lines, cfg)
-    three = search_lines(trained_model, tokenizer, lines, dataclasses.replace(cfg, n_best=3))
+    one = search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)
+    three = search_lines(SearchRequest(trained_model, tokenizer, lines), dataclasses.replace(cfg, n_best=3))
     assert [len(hyps) for hyps in three] == [3] * 12
     assert [hyps[0] for hyps in three] == [hyps[0] for hyps in one]
     one_by_one = search_lines(
-        trained_model, tokenizer, lines, dataclasses.replace(cfg, n_best=3, batch_tokens=16)
+        SearchRequest(trained_model, tokenizer, lines), dataclasses.replace(cfg, n_best=3, batch_tokens=16)
     )
     tokens = lambda found: [[h.tokens for h in hyps] for hyps in found]  # noqa: E731
     assert tokens(one_by_one) == tokens(three)  # independent of the batch
@@ -347,9 +365,9 @@ def test_an_ensemble_of_one_or_of_a_model_with_itself_decodes_as_the_model(
     trained_model, tokenizer, toy, beam
 ):
     lines, cfg = toy["test"][0][:12], DecodeConfig(beam=beam, n_best=beam)
-    alone = search_lines(trained_model, tokenizer, lines, cfg)
+    alone = search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)
     for ensemble in (Ensemble([trained_model]), Ensemble([trained_model, trained_model])):
-        together = search_lines(ensemble, tokenizer, lines, cfg)
+        together = search_lines(SearchRequest(ensemble, tokenizer, lines), cfg)
         assert [[h.tokens for h in hyps] for hyps in together] == [[h.tokens for h in hyps] for hyps in alone]
         for a, b in zip(alone, together):
             assert [h.score for h in b] == pytest.approx([h.score for h in a], abs=1e-4)
@@ -403,9 +421,12 @@ def repeated(tokens: list[int], n: int) -> bool:
 @pytest.mark.parametrize("beam", [1, 3])
 def test_no_repeat_ngram_leaves_no_n_gram_twice(trained_model, tokenizer, toy, beam):
     lines = toy["test"][0][:60] + [" ".join(["der Hund und die Katze und"] * 6)]  # an enumeration
-    free = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, DecodeConfig(beam=beam))]
+    free = [
+        h[0].tokens
+        for h in search_lines(SearchRequest(trained_model, tokenizer, lines), DecodeConfig(beam=beam))
+    ]
     cfg = DecodeConfig(beam=beam, no_repeat_ngram=2)
-    blocked = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, cfg)]
+    blocked = [h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)]
     assert any(repeated(t, 2) for t in free) and not any(repeated(t, 2) for t in blocked)
     if beam == 1:  # greedy's other lines are as they were (a beam's may rank otherwise: renormalised steps)
         assert all(a == b for a, b in zip(free, blocked) if not repeated(a, 2))

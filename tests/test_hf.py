@@ -33,7 +33,7 @@ from mt.model import sinusoidal_positions
 from mt.plumbing.engine_fields import Approximated, Carried, Unsupported
 from mt.training.train import train
 from mt.training.tuning import Grid, tune
-from mt.translate import search_lines
+from mt.translate import SearchRequest, search_lines
 from mt.translator import Translator
 
 transformers = pytest.importorskip("transformers")
@@ -260,7 +260,7 @@ def test_the_export_carries_the_tuned_beam_and_the_penalty_that_ranks_as_mts(tun
     assert generation["length_penalty"] == matched["penalty"] and matched["mt"] == 1.5
     mine = Translator.from_run(run, device="cpu")
     src = load_split(mine.config.data, "val")[0]
-    beams = search_lines(mine.model, mine.tokenizer, src, mine.options(n_best=3), max_source_pieces=64)
+    beams = search_lines(SearchRequest(mine.model, mine.tokenizer, src, max_len=64), mine.options(n_best=3))
     agree = {a: sum(hyps_agree(hyps, a) for hyps in beams) for a in HF_PENALTIES}
     assert (matched["lines"], matched["of"]) == (agree[matched["penalty"]], len(src))
     assert matched["lines"] == max(agree.values())
@@ -316,9 +316,9 @@ def scripted_search(monkeypatch) -> list:
     """mt's beam replaced by SCRIPTED's beams, line by line in turn; returns the decodings it was asked."""
     asked = []
 
-    def search(searcher, tokenizer, lines, decode, max_source_pieces):
+    def search(request, decode):
         asked.append(decode)
-        return [SCRIPTED[i % 2] for i in range(len(lines))]
+        return [SCRIPTED[i % 2] for i in range(len(request.lines))]
 
     monkeypatch.setattr("mt.hf.generation.search_lines", search)
     return asked
@@ -334,13 +334,15 @@ def test_transformers_formula_counts_eos_in_a_finished_hypothesis_only():
 def test_the_matched_penalty_is_the_most_agreeing_one_nearest_mts(monkeypatch, mt_penalty, matched):
     asked = scripted_search(monkeypatch)
     decode = DecodeConfig(beam=2, length_penalty=mt_penalty)
-    assert matched_length_penalty(None, None, ["a", "b"] * 3, decode, 64) == (matched, 6)
+    assert matched_length_penalty(SearchRequest(None, None, ["a", "b"] * 3, 64), decode) == (matched, 6)
     assert [d.n_best for d in asked] == [2]  # mt's whole beam, its 1-best first
 
 
 def test_matching_on_a_model_that_ends_hypotheses(trained_model, tokenizer, toy):
     src, decode = toy["val"][0][:40], DecodeConfig(beam=3, length_penalty=1.5)
-    beams = search_lines(trained_model, tokenizer, src, dataclasses.replace(decode, n_best=3), 64)
+    beams = search_lines(
+        SearchRequest(trained_model, tokenizer, src), dataclasses.replace(decode, n_best=3), use_cache=64
+    )
     assert all(h.ended for hyps in beams for h in hyps)
     assert len({len(h.tokens) for hyps in beams for h in hyps}) > 5
 
@@ -354,7 +356,7 @@ def test_matching_on_a_model_that_ends_hypotheses(trained_model, tokenizer, toy)
     assert len(set(counts.values())) > 1  # the penalties are told apart here
     most = max(counts.values())
     nearest = min((a for a in HF_PENALTIES if counts[a] == most), key=lambda a: abs(a - 1.5))
-    assert matched_length_penalty(trained_model, tokenizer, src, decode, 64) == (nearest, most)
+    assert matched_length_penalty(SearchRequest(trained_model, tokenizer, src, 64), decode) == (nearest, most)
 
 
 def test_the_matched_penalty_is_the_one_the_folder_carries(tuned_export, monkeypatch, tmp_path):

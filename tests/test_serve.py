@@ -18,7 +18,7 @@ from conftest import ODD, expected, make_worker  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from mt.cli import main  # noqa: E402
-from mt.metrics import HEADLINE  # noqa: E402
+from mt.plumbing.metrics import HEADLINE  # noqa: E402
 from mt.serving.app import create_app, server_info  # noqa: E402
 from mt.serving.worker import Job  # noqa: E402
 

@@ -17,8 +17,8 @@ import torch
 
 from mt.config import RunConfig, config_to_dict
 from mt.hf.generation import transformers_modules
-from mt.metrics import HEADLINE, corpus_scores
 from mt.plumbing.files import write_text
+from mt.plumbing.metrics import HEADLINE, corpus_scores
 from mt.run.card import read_card
 
 BATCH = 32  # sentences a generate call, sorted by length (padding changes no translation)

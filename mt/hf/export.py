@@ -33,6 +33,7 @@ import torch
 
 from mt.config import BOS, EOS, PAD, UNK, DataConfig, ModelConfig, RunConfig, save_config
 from mt.data import load_split
+from mt.decode_config import DecodeConfig
 from mt.hf.card import generated_scores, write_card
 from mt.hf.generation import caveats, generation_config, matched_length_penalty, transformers_modules
 from mt.model import Seq2Seq
@@ -40,6 +41,7 @@ from mt.plumbing.engine_fields import ByMt, Unsupported, first_unmapped
 from mt.plumbing.errors import ConfigError, DataError, RunDirError
 from mt.plumbing.files import write_text
 from mt.tokenizer import Tokenizer
+from mt.translate import SearchRequest
 
 log = logging.getLogger(__name__)
 
@@ -268,19 +270,19 @@ def decided(model: Seq2Seq, tokenizer: Tokenizer, config: RunConfig, val: tuple 
     (its length penalty matched on `val` by mt's beam, where given: `matched`) and its caveats."""
     decode, exported = config.decode, {"scored": val is not None, "matched": None, "scores": None}
     if val and decode.beam > 1:
-        exported["matched"] = matched(model, tokenizer, val[0], decode, config.data.max_len)
+        exported["matched"] = matched(SearchRequest(model, tokenizer, val[0], config.data.max_len), decode)
         decode = replace(decode, length_penalty=exported["matched"]["penalty"])
     exported["generation"] = generation_config(decode, model.cfg.max_positions)
     exported["caveats"] = caveats(config.decode, model.cfg.max_positions)
     return exported
 
 
-def matched(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], decode, max_source: int) -> dict:
+def matched(request: SearchRequest, decode: DecodeConfig) -> dict:
     """mt_export.json's `matched`: the penalty of Transformers' formula that ranks mt's beam's
-    hypotheses of `lines` (val) as mt's `decode` does on the most lines (mt.hf.generation), mt's own,
-    and on how many of how many lines it does."""
-    penalty, agree = matched_length_penalty(model, tokenizer, lines, decode, max_source)
-    return {"penalty": penalty, "mt": decode.length_penalty, "lines": agree, "of": len(lines)}
+    hypotheses of the request's lines (val) as mt's `decode` does on the most lines (mt.hf.generation),
+    mt's own, and on how many of how many lines it does."""
+    penalty, agree = matched_length_penalty(request, decode)
+    return {"penalty": penalty, "mt": decode.length_penalty, "lines": agree, "of": len(request.lines)}
 
 
 def write_model(model: Seq2Seq, tokenizer: Tokenizer, generation: dict, part: Path) -> None:

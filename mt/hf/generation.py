@@ -23,7 +23,7 @@ from mt.plumbing.engine_fields import Approximated, ByMt, Carried, Unsupported, 
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.schema import fields_of
 from mt.run.names import reverse_runs
-from mt.translate import search_lines
+from mt.translate import SearchRequest, search_lines
 
 AT = "generate"  # the call that the table's entries carry arguments to: generation_config.json's
 CHOOSES_AFTER = (
@@ -135,13 +135,11 @@ def shown(name: str, value):
     return value
 
 
-def matched_length_penalty(searcher, tokenizer, lines: list[str], decode: DecodeConfig, max_source: int):
+def matched_length_penalty(request: SearchRequest, decode: DecodeConfig):
     """(penalty, lines): the penalty of Transformers' formula under which it ranks mt's 1-best first
-    among mt's beam's decode.beam hypotheses of `lines` (val) on the most lines, and on how many it does
-    (ties: the penalty nearest mt's own)."""
-    beams = search_lines(
-        searcher, tokenizer, lines, replace(decode, n_best=decode.beam), max_source_pieces=max_source
-    )
+    among mt's beam's decode.beam hypotheses of the request's lines (val) on the most lines, and on how
+    many it does (ties: the penalty nearest mt's own)."""
+    beams = search_lines(request, replace(decode, n_best=decode.beam))
     agree = {alpha: sum(hyps_agree(hyps, alpha) for hyps in beams) for alpha in HF_PENALTIES}
     most = max(agree.values())
     return min(

@@ -26,12 +26,11 @@ from mt.config import RunConfig
 from mt.data import load_split
 from mt.decode_config import TUNED, DecodeConfig, decoding
 from mt.devices import resolve_device
-from mt.metrics import HEADLINE, PRIMARY, best_of, corpus_scores
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.files import file_sha256
+from mt.plumbing.metrics import HEADLINE, PRIMARY, best_of, corpus_scores
 from mt.rescoring.rerank import (
-    Lines,
     Reverse,
     beam_pool,
     channel_scores,
@@ -45,7 +44,7 @@ from mt.run.folder import checkpoint_path, load_run, open_reverse, stored_runs
 from mt.run.names import evaluation_name
 from mt.run.records import Tried, Tuning
 from mt.tokenizer import Tokenizer
-from mt.translate import translate_lines
+from mt.translate import SearchRequest, translate_lines
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +103,9 @@ class Val:
     ref: list[str]
     tokenize: str  # cfg.bleu_tokenize, read (a named one that is not installed: refused) before decoding
 
-    def lines(self) -> Lines:
-        """Val's sources as a pool is searched for them (mt.rescoring.rerank)."""
-        return Lines(self.model, self.tokenizer, self.src, self.cfg.data.max_len)
+    def lines(self) -> SearchRequest:
+        """Val's sources as every setting searches them."""
+        return SearchRequest(self.model, self.tokenizer, self.src, self.cfg.data.max_len)
 
 
 def try_settings(val: Val, grid: Grid) -> list[Tried]:
@@ -116,7 +115,7 @@ def try_settings(val: Val, grid: Grid) -> list[Tried]:
     for beam, alpha in grid.searches():
         start = time.perf_counter()
         decode = decoding(val.cfg.decode, {**PLAIN, "beam": beam, "length_penalty": alpha, "n_best": 1})
-        hyps = translate_lines(val.model, val.tokenizer, val.src, decode, val.cfg.data.max_len)
+        hyps = translate_lines(val.lines(), decode)
         tried.append(tried_row(val, decode, hyps, time.perf_counter() - start))
     return tried
 
@@ -149,7 +148,7 @@ def primary(row: Tried) -> float:
 
 
 def best_setting(tried: list[Tried]) -> Tried:
-    """The best PRIMARY score (mt.metrics: BLEU); on a tie the cheaper: plain search before MBR or
+    """The best PRIMARY score (mt.plumbing.metrics: BLEU); on a tie the cheaper: plain search before MBR or
     reranking, fewer samples, the smaller beam, then the lower length penalty (rounded scores)."""
 
     def cost(t: Tried) -> tuple:
