@@ -20,7 +20,7 @@ from mt.data import load_split
 from mt.decode import Hypothesis
 from mt.decode_config import DecodeConfig
 from mt.hf.card import generated
-from mt.hf.export import MODEL_FIELDS, permuted
+from mt.hf.export import MODEL_FIELDS, permuted, write_model
 from mt.hf.generation import (
     HF_PENALTIES,
     caveats,
@@ -102,27 +102,33 @@ def test_greedy_scores_and_beam_through_transformers_equal_mts(exported):
         assert theirs.tolist() == pytest.approx(scored.token_logprobs, abs=1e-4)
 
 
-def test_min_len_through_transformers_min_new_tokens_is_mts_greedy(exported):
-    """decode.min_len carried as min_new_tokens: greedy through generate equals mt's greedy on lines the
-    150-update model ends early (eos banned before the minimum in both, argmax unchanged by where)."""
-    run, folder = exported
-    model, tokenizer = reloaded(folder)
-    mine = Translator.from_run(run, device="cpu")
-    lines = LINES[:3]
-    plain = [len(mine.tokenizer.encode_target([t])[0]) for t in mine.translate(lines, beam=1)]
-    at_least = max(plain) + 2
-    carried = generation_config(DecodeConfig(beam=1, min_len=at_least), 64)["min_new_tokens"]
-    assert carried == at_least
-    theirs, decode = [], mine.config.decode
+def test_min_len_through_transformers_min_new_tokens_is_mts_greedy(trained_model, tokenizer, toy, tmp_path):
+    """decode.min_len carried as min_new_tokens: greedy through generate equals mt's greedy on lines a
+    model that ends its hypotheses ends early (eos banned before the minimum in both; argmax does not
+    see where), and each is that long."""
+    lines = toy["test"][0][:20]
+    decode = DecodeConfig(beam=1)
+
+    def pieces(cfg: DecodeConfig) -> list[list[int]]:  # each line's pieces as mt's search wrote them
+        return [h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)]
+
+    at_least = min(map(len, pieces(decode))) + 3
+    longer = dataclasses.replace(decode, min_len=at_least)
+    write_model(
+        trained_model, tokenizer, generation_config(longer, trained_model.cfg.max_positions), tmp_path
+    )
+    model, theirs_tokenizer = reloaded(tmp_path)
+    assert model.generation_config.min_new_tokens == at_least
+    theirs = []
     for line in lines:  # at mt's own length limit a * S + b for it, as generate has none of its own
-        batch = tokenizer([line], return_tensors="pt")
+        batch = theirs_tokenizer([line], return_tensors="pt")
         limit = int(decode.max_len_a * batch["input_ids"].size(1) + decode.max_len_b)
         with torch.no_grad():
-            out = model.generate(**batch, num_beams=1, min_new_tokens=carried, max_new_tokens=limit)
-        theirs.append(tokenizer.decode(out[0], skip_special_tokens=True))
-    ours = mine.translate(lines, beam=1, min_len=at_least)
+            out = model.generate(**batch, max_new_tokens=limit)
+        theirs.append([t for t in out[0].tolist()[1:] if t not in (EOS, PAD)])
+    ours = pieces(longer)
     assert theirs == ours
-    assert all(len(mine.tokenizer.encode_target([t])[0]) >= at_least for t in ours)
+    assert min(map(len, ours)) >= at_least > min(map(len, pieces(decode)))
 
 
 def test_the_export_holds_weights_config_generation_tokenizer_and_card(exported):

@@ -243,7 +243,7 @@ def export_run(
     refuse_existing(folder)
     refuse_unmapped(model.cfg)
     val, test = (readable_split(config.data, split, score) for split in ("val", "test"))
-    exported = decided(model, tokenizer, config, val if score else None)
+    exported = decided(model, tokenizer, config, score, val)
     exported["example"] = next((line for split in (test, val) if split for line in split[0] if line), "")
     part = folder.with_name(folder.name + ".part")
     shutil.rmtree(part, ignore_errors=True)
@@ -265,11 +265,12 @@ def export_run(
     return folder
 
 
-def decided(model: Seq2Seq, tokenizer: Tokenizer, config: RunConfig, val: tuple | None) -> dict:
+def decided(model: Seq2Seq, tokenizer: Tokenizer, config: RunConfig, score: bool, val: tuple | None) -> dict:
     """mt_export.json's record of what the export decides: the generation config of the run's decoding
-    (its length penalty matched on `val` by mt's beam, where given: `matched`) and its caveats."""
-    decode, exported = config.decode, {"scored": val is not None, "matched": None, "scores": None}
-    if val and decode.beam > 1:
+    (with `score`, its length penalty matched on `val` by mt's beam where val was read: `matched`) and
+    its caveats."""
+    decode, exported = config.decode, {"scored": score, "matched": None, "scores": None}
+    if score and val and decode.beam > 1:
         exported["matched"] = matched(SearchRequest(model, tokenizer, val[0], config.data.max_len), decode)
         decode = replace(decode, length_penalty=exported["matched"]["penalty"])
     exported["generation"] = generation_config(decode, model.cfg.max_positions)

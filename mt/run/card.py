@@ -52,9 +52,8 @@ def card_summary(run_dir: str | Path) -> dict:
         "stopped": training.get("stopped"),
         "parameters": card.get("parameters"),
         "results": {k: {m.key: r.get(m.key) for m in HEADLINE} for k, r in card.get("results", {}).items()},
-        "headline": [
-            [m.key, m.label] for m in HEADLINE
-        ],  # the page labels the scores from mt.plumbing.metrics
+        # the page labels the scores from mt.plumbing.metrics
+        "headline": [[m.key, m.label] for m in HEADLINE],
     }
 
 

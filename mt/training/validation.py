@@ -65,9 +65,8 @@ def validate(
         with autocast(device, cfg.train.precision):
             loss, nll = batch_loss(model, batch.to(device), cfg.train.label_smoothing)
         loss_sum, nll_sum, ntokens = loss_sum + loss.item(), nll_sum + nll.item(), ntokens + batch.ntokens
-    hyps = translate_lines(
-        SearchRequest(model, tokenizer, val.src_lines), validation_decoding(cfg)
-    )  # on model's device
+    request = SearchRequest(model, tokenizer, val.src_lines)  # on the model's device
+    hyps = translate_lines(request, validation_decoding(cfg))
     scores = corpus_scores(
         hyps, val.ref_lines, sources=val.src_lines, metrics=HEADLINE, tokenize=cfg.bleu_tokenize
     )
