@@ -257,7 +257,8 @@ KEYWORDS = [
     (
         lambda t: t.options(xyz=1),
         "xyz: not a decoding option; the options are beam, n_best, length_penalty, max_len_a, max_len_b, "
-        "no_repeat_ngram, batch_tokens, engine, compute_type, sample, temperature, seed, mbr, mbr_samples, "
+        "no_repeat_ngram, min_len, batch_tokens, engine, compute_type, sample, temperature, seed, mbr, "
+        "mbr_samples, "
         "mbr_temperature, rerank, rerank_weight, split_sentences",
         "xyz",
     ),
