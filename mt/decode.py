@@ -293,7 +293,8 @@ def beam_search(
     for t in range(1, beams.steps + 1):
         step_in = beams.tokens[:, t - 1 : t] if use_cache else beams.tokens[:, :t]  # (B*k, 1) or (B*k, t)
         logits, cache = model.decode(step_in, memory, src_mask, cache)  # (B*k, 1|t, V')
-        rows = beams.sentence.repeat_interleave(beams.k)  # (B*k,) each row's input sentence
+        # (B*k,) each row's input sentence, which only a forced prefix reads
+        rows = beams.sentence.repeat_interleave(beams.k) if prefix is not None else None
         scores, mask = filters(model.to_pieces(logits[:, -1]).float(), Step(t, beams.tokens[:, 1:t], rows))
         lprobs = torch.log_softmax(scores, dim=-1)  # (B*k, V)
         top, beam_idx, token = beams.candidates(lprobs if mask is None else lprobs + mask)

@@ -18,11 +18,11 @@ from mt.decode_config import DecodeConfig
 @dataclass
 class Step:
     """What a step's filters read: the step t (from 1), each row's pieces so far (b, t - 1: bos left
-    out) and each row's input sentence (b,)."""
+    out) and each row's input sentence (b,; None where no prefix is forced: nothing reads it)."""
 
     t: int
     history: Tensor
-    rows: Tensor
+    rows: Tensor | None
 
 
 Filters = Callable[[Tensor, Step], tuple[Tensor, "Tensor | None"]]
