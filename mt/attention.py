@@ -15,7 +15,7 @@ from torch import Tensor
 from mt.batching import make_batch, source_batch
 from mt.config import PAD
 from mt.data import normalize
-from mt.decode import search
+from mt.decode import Sources, search
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq, decoder_self_mask
 from mt.plumbing.files import write_figure
@@ -51,7 +51,7 @@ def attention_maps(
     limit = model.cfg.max_positions - 1
     ids = [x[:limit] for x in tokenizer.encode([normalize(line) for line in lines])]
     src, src_mask = (t.to(device) for t in source_batch(ids))
-    hyps = [h[0].tokens for h in search(model, src, src_mask, dataclasses.replace(cfg, n_best=1))]
+    hyps = [h[0].tokens for h in search(model, Sources(src, src_mask), dataclasses.replace(cfg, n_best=1))]
     hyps = [hyp if source else [] for source, hyp in zip(ids, hyps)]  # as translate: empty in, empty out
     batch = make_batch(ids, hyps)
     found = model.attention(src, src_mask, batch.tgt_in.to(device), batch.tgt_mask.to(device))

@@ -173,7 +173,7 @@ def cmd_score(args: argparse.Namespace) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from mt.evaluate import evaluate_run
-    from mt.metrics import HEADLINE, METRICS
+    from mt.plumbing.metrics import HEADLINE, METRICS
 
     _setup_logging()
     if (args.src is None) != (args.ref is None):
@@ -285,7 +285,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
 
 
 def _print_tuning(run: str | Path, tuning: dict) -> None:
-    from mt.metrics import PRIMARY
+    from mt.plumbing.metrics import PRIMARY
     from mt.run.folder import runs_from
 
     c = tuning["chosen"]

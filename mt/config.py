@@ -16,10 +16,10 @@ from typing import Any
 import yaml
 
 from mt.decode_config import DecodeConfig, decoding
-from mt.metrics import BEST_METRICS, PRIMARY
 from mt.plumbing.config_yaml import ALIASES, apply_overrides, read_with_bases, read_yaml
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.files import write_text
+from mt.plumbing.metrics import BEST_METRICS, PRIMARY
 from mt.plumbing.schema import Mismatch, build, choice, within
 from mt.plumbing.script import BLEU_TOKENIZERS, bleu_tokenizer
 
@@ -136,7 +136,8 @@ class TrainConfig:
     accumulate: int = within(1, 1)  # batches per optimizer step
     # validations without a best_metric gain before stopping; 0 = off
     patience: int = within(0, 0, resumable=True)
-    # what best.pt and patience follow: a headline metric of mt.metrics in its direction, or val loss down
+    # what best.pt and patience follow: a headline metric of mt.plumbing.metrics in its direction, or val
+    # loss down
     best_metric: str = choice(PRIMARY.key, *BEST_METRICS)
     # keep the model of the last N validations as ckpt-STEP.pt (for averaging)
     keep_last: int = within(0, 0, resumable=True)

@@ -17,6 +17,7 @@ from mt.decode_config import DecodeConfig
 from mt.ensemble import Ensemble
 from mt.model import Seq2Seq
 from mt.plumbing.seeds import derived_seed
+from mt.score_filters import Step, score_filters
 
 
 @dataclass
@@ -27,27 +28,14 @@ class Hypothesis:
     ended: bool = True  # eos was written (False: cut at the length limit; the penalty counts no eos)
 
 
-def force_prefix(scores: Tensor, prefix: Tensor | None, rows: Tensor, t: int) -> Tensor:
-    """Step t's scores (b, V), where a row still inside its forced target prefix may take only the
-    prefix's t-th piece. prefix: (B, P) ids by input sentence, PAD past each one's end; rows: (b,) the
-    input sentence of each row. The forced piece keeps its own score, so log-probabilities stay true."""
-    if prefix is None or t > prefix.size(1):
-        return scores
-    wanted = prefix[rows, t - 1]  # (b,)
-    only = torch.full_like(scores, float("-inf")).scatter_(1, wanted[:, None], 0.0)  # (b, V)
-    return torch.where((wanted != PAD)[:, None], scores + only, scores)
+@dataclass
+class Sources:
+    """A batch a search translates: src (B, S) ids, mask (B, S) bool, and prefix (B, P), the target
+    pieces each output starts with (PAD past each one's end; `force_prefix`), or None."""
 
-
-def block_repeats(scores: Tensor, history: Tensor, n: int) -> Tensor:
-    """Step scores (b, V) where no token may complete an n-gram the row's `history` (b, L: its pieces so
-    far, bos left out) already holds (n = 0: all allowed). Applied to the logits before they are
-    normalised, as CTranslate2's no_repeat_ngram_size is, so both engines search the same scores."""
-    if n == 0 or history.size(1) < n:
-        return scores
-    windows = history.unfold(1, n, 1)  # (b, L - n + 1, n): every n-gram so far
-    repeats = (windows[:, :, :-1] == history[:, None, history.size(1) - n + 1 :]).all(-1)  # (b, L - n + 1)
-    banned = torch.zeros_like(scores, dtype=torch.int32).scatter_add_(1, windows[:, :, -1], repeats.int())
-    return scores.masked_fill(banned > 0, torch.finfo(scores.dtype).min)  # (b, V)
+    src: Tensor
+    mask: Tensor
+    prefix: Tensor | None = None
 
 
 def prefix_limits(limits: Tensor, prefix: Tensor | None, b: int, cap: int) -> Tensor:
@@ -100,11 +88,9 @@ def argmax(scores: Tensor, rows: Tensor) -> Tensor:
 @torch.inference_mode()
 def greedy_decode(
     model: Seq2Seq | Ensemble,
-    src: Tensor,
-    src_mask: Tensor,
+    sources: Sources,
     cfg: DecodeConfig = DecodeConfig(),
     use_cache: bool = True,
-    prefix: Tensor | None = None,
     choose: Callable[[Tensor, Tensor], Tensor] = argmax,
 ) -> list[Hypothesis]:
     """Batched greedy search; each sentence stops at eos or at its own length limit.
@@ -113,15 +99,16 @@ def greedy_decode(
     mostly the ones still running. A step is a fixed run of tensor operations and one host sync.
 
     Args:
-        src: (B, S) ids, src_mask: (B, S) bool.
-        cfg: the length limit (max_len_a, max_len_b); the rest is `search`'s to read.
+        sources: the batch and its forced prefixes.
+        cfg: the length limit (max_len_a, max_len_b) and the score filters (`score_filters`); the rest
+            is `search`'s to read.
         use_cache: False re-runs the decoder over the whole prefix each step (reference/benchmark).
-        prefix: (B, P) target pieces each output starts with (PAD-padded; `force_prefix`), or None.
         choose: (scores (b, V), input rows (b,)) -> next tokens (b,): argmax, or a `Sampler`.
     Returns:
         B hypotheses; score = logprob (greedy does not normalise by length).
     """
-    B, device = src.size(0), src.device
+    src, src_mask, prefix = sources.src, sources.mask, sources.prefix
+    B, device, filters = src.size(0), src.device, score_filters(cfg, sources.prefix)
     memory = model.encode(src, src_mask)  # (B, S, D)
     cache = model.new_cache() if use_cache else None
     limits = output_limits(src_mask, prefix, cfg, model.cfg.max_positions)  # (B,)
@@ -136,9 +123,8 @@ def greedy_decode(
     for t in range(1, steps + 1):
         step_in = tokens[:, t - 1 : t] if use_cache else tokens[:, :t]  # (b, 1) or (b, t)
         logits, cache = model.decode(step_in, memory, src_mask, cache)  # (b, 1|t, V')
-        # (b, V)
-        last = block_repeats(model.to_pieces(logits[:, -1]).float(), tokens[:, 1:t], cfg.no_repeat_ngram)
-        next_token = choose(force_prefix(last, prefix, rows, t), rows)  # (b,)
+        last, mask = filters(model.to_pieces(logits[:, -1]).float(), Step(t, tokens[:, 1:t], rows))  # (b, V)
+        next_token = choose(last if mask is None else last + mask, rows)  # (b,)
         best = last.gather(1, next_token[:, None]).squeeze(1)  # (b,)
         logprob += (best - torch.logsumexp(last, dim=-1)).masked_fill(finished, 0.0)  # its log-softmax
         tokens[:, t] = next_token.masked_fill(finished, PAD)
@@ -278,11 +264,9 @@ class _Beams:
 @torch.inference_mode()
 def beam_search(
     model: Seq2Seq | Ensemble,
-    src: Tensor,
-    src_mask: Tensor,
+    sources: Sources,
     cfg: DecodeConfig = DecodeConfig(beam=5),
     use_cache: bool = True,
-    prefix: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search on the KV cache, over a flattened (B*K) batch whose K rows of a sentence
     share its memory.
@@ -293,13 +277,15 @@ def beam_search(
     A step is a fixed run of tensor operations and one host sync.
 
     Args:
-        src: (B, S) ids, src_mask: (B, S) bool.
-        cfg: beam (K), n_best, length_penalty and the length limit (max_len_a, max_len_b).
+        sources: the batch and its forced prefixes.
+        cfg: beam (K), n_best, length_penalty, the length limit (max_len_a, max_len_b) and the score
+            filters (`score_filters`).
         use_cache: False re-runs the decoder over the whole prefix each step (reference/benchmark).
-        prefix: (B, P) target pieces every hypothesis starts with (`force_prefix`), or None.
     Returns:
         for each sentence, its cfg.n_best hypotheses, best first.
     """
+    src, src_mask, prefix = sources.src, sources.mask, sources.prefix
+    filters = score_filters(cfg, prefix)
     memory = model.encode(src, src_mask)  # (B, S, D): shared by the beams
     limits = output_limits(src_mask, prefix, cfg, model.cfg.max_positions)  # (B,)
     beams = _Beams(src.size(0), cfg.beam, limits, cfg.length_penalty, src.device)
@@ -307,12 +293,11 @@ def beam_search(
     for t in range(1, beams.steps + 1):
         step_in = beams.tokens[:, t - 1 : t] if use_cache else beams.tokens[:, :t]  # (B*k, 1) or (B*k, t)
         logits, cache = model.decode(step_in, memory, src_mask, cache)  # (B*k, 1|t, V')
-        last = model.to_pieces(logits[:, -1]).float()  # (B*k, V)
-        scores = block_repeats(last, beams.tokens[:, 1:t], cfg.no_repeat_ngram)  # (B*k, V)
+        # (B*k,) each row's input sentence, which only a forced prefix reads
+        rows = beams.sentence.repeat_interleave(beams.k) if prefix is not None else None
+        scores, mask = filters(model.to_pieces(logits[:, -1]).float(), Step(t, beams.tokens[:, 1:t], rows))
         lprobs = torch.log_softmax(scores, dim=-1)  # (B*k, V)
-        if prefix is not None:  # (the rows' sentences are only worth computing for a prefix)
-            lprobs = force_prefix(lprobs, prefix, beams.sentence.repeat_interleave(beams.k), t)
-        top, beam_idx, token = beams.candidates(lprobs)
+        top, beam_idx, token = beams.candidates(lprobs if mask is None else lprobs + mask)
         beams.finish(top, beam_idx, token, t)
         alive = (~beams.done).nonzero().flatten()  # the step's one host sync
         if alive.numel() == 0:
@@ -328,19 +313,18 @@ def beam_search(
 
 def search(
     model: Seq2Seq | Ensemble,
-    src: Tensor,
-    src_mask: Tensor,
+    sources: Sources,
     cfg: DecodeConfig,
     use_cache: bool = True,
-    prefix: Tensor | None = None,
     seeds: list[int] | None = None,
 ) -> list[list[Hypothesis]]:
-    """The one entry to decoding: cfg.n_best hypotheses per sentence of src (B, S), by greedy search
+    """The one entry to decoding: cfg.n_best hypotheses per sentence of `sources`, by greedy search
     when cfg.beam == 1 (drawing tokens instead where cfg.sample, each sentence from its own seed in
-    `seeds`), else by beam search, all within cfg's length limit; each starting with its forced
-    `prefix` (B, P) where one is given."""
+    `seeds`), else by beam search, all within cfg's length limit; each starting with its forced prefix
+    where one is given."""
     if cfg.beam == 1:
-        seeds = seeds if seeds is not None else [derived_seed(cfg.seed, i) for i in range(src.size(0))]
+        B = sources.src.size(0)
+        seeds = seeds if seeds is not None else [derived_seed(cfg.seed, i) for i in range(B)]
         choose = Sampler(cfg.sample, cfg.temperature, seeds) if cfg.sample else argmax
-        return [[h] for h in greedy_decode(model, src, src_mask, cfg, use_cache, prefix, choose)]
-    return beam_search(model, src, src_mask, cfg, use_cache, prefix)
+        return [[h] for h in greedy_decode(model, sources, cfg, use_cache, choose)]
+    return beam_search(model, sources, cfg, use_cache)

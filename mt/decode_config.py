@@ -53,6 +53,9 @@ class DecodeConfig:
     no_repeat_ngram: int = within(
         0, 0, help="no n-gram of this many pieces twice in a translation (CTranslate2's too); 0 = off"
     )
+    min_len: int = within(
+        0, 0, help="pieces a translation has at least: no eos before them (CTranslate2's too); 0 = off"
+    )
     batch_tokens: int = within(6000, 16, help="source tokens (padding included) per decoding batch")
     engine: str = choice(
         "torch", "torch", "ctranslate2", help="ctranslate2: the run's `mt export` (DIR/ct2, mt.ct2)"

@@ -1,5 +1,5 @@
 """Evaluating a run: translate a split (or a pair of files) with an opened run (mt.translator), score
-it (mt.metrics), and record the result: eval files and the run card."""
+it (mt.plumbing.metrics), and record the result: eval files and the run card."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 from mt.config import RunConfig
 from mt.data import load_split, read_parallel
 from mt.devices import resolve_device
-from mt.metrics import corpus_scores
 from mt.model import Seq2Seq, count_parameters
 from mt.plumbing.files import write_text
+from mt.plumbing.metrics import corpus_scores
 from mt.run.card import read_card, training_record, update_card
 from mt.run.checkpoint import load_checkpoint
 from mt.run.names import evaluation_name

@@ -10,7 +10,7 @@ batch at once (CTranslate2, mt.ct2); mt.translator chooses which.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Protocol
 
 import torch
@@ -18,7 +18,7 @@ import torch
 from mt.batching import source_batch, token_batches
 from mt.config import PAD
 from mt.data import normalize
-from mt.decode import Ensemble, Hypothesis, search
+from mt.decode import Ensemble, Hypothesis, Sources, search
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.plumbing.seeds import derived_seed
@@ -34,6 +34,21 @@ class Engine(Protocol):
     def search_groups(
         self, batches: list[tuple[list[list[int]], list[list[int]]]], cfg: DecodeConfig, scores: bool = True
     ) -> list[list[list[Hypothesis]]]: ...
+
+
+@dataclass
+class SearchRequest:
+    """Lines to translate, and by what: mt's model or another engine (`Engine`) with its tokenizer; each
+    line's forced target prefix ("" for none; None: no line has one) and `max_len`, the source's piece
+    limit, the run's data.max_len (None: the model's positions), past which a line is translated in
+    parts (`source_parts`). Every search over lines takes one: `search_lines`, `translate_lines`,
+    `translate_nbest`, and the pools that MBR and reranking choose among (mt.rescoring.rerank)."""
+
+    searcher: Seq2Seq | Engine
+    tokenizer: Tokenizer
+    lines: list[str]
+    max_len: int | None = None
+    prefixes: list[str] | None = None
 
 
 def split_pieces(ids: list[int], limit: int, starts_word: Callable[[int], bool]) -> list[list[int]]:
@@ -57,16 +72,15 @@ def _join(hyps: list[Hypothesis]) -> Hypothesis:
 
 
 @torch.inference_mode()
-def source_parts(
-    tokenizer: Tokenizer, lines: list[str], model: Seq2Seq | Engine, max_source: int | None
-) -> tuple[list[int], list[list[int]]]:
-    """The lines' normalised pieces, a line longer than `max_source` pieces (and the model's positions,
-    less eos's) split into parts, with a warning: (the input line of each part, the parts); an empty
-    line has none."""
-    limit = min(max_source or model.cfg.max_positions, model.cfg.max_positions - 1)
+def source_parts(request: SearchRequest) -> tuple[list[int], list[list[int]]]:
+    """The request's lines' normalised pieces, a line longer than its max_len pieces (and the model's
+    positions, less eos's) split into parts, with a warning: (the input line of each part, the parts);
+    an empty line has none."""
+    tokenizer, positions = request.tokenizer, request.searcher.cfg.max_positions
+    limit = min(request.max_len or positions, positions - 1)
     owner: list[int] = []
     parts: list[list[int]] = []
-    for i, ids in enumerate(tokenizer.encode([normalize(line) for line in lines])):
+    for i, ids in enumerate(tokenizer.encode([normalize(line) for line in request.lines])):
         pieces = split_pieces(ids, limit, tokenizer.starts_word) if ids else []
         if len(pieces) > 1:
             log.warning(
@@ -82,31 +96,25 @@ def source_parts(
 
 
 def search_lines(
-    model: Seq2Seq | Engine,
-    tokenizer: Tokenizer,
-    lines: list[str],
-    cfg: DecodeConfig,
-    use_cache: bool = True,
-    max_source_pieces: int | None = None,
-    prefixes: list[str] | None = None,
-    draw: int = 0,
+    request: SearchRequest, cfg: DecodeConfig, use_cache: bool = True, draw: int = 0
 ) -> list[list[Hypothesis]]:
-    """Decode raw lines with greedy (cfg.beam == 1) or beam search: cfg.n_best hypotheses per line,
-    on the device the model is on.
+    """Decode the request's raw lines with greedy (cfg.beam == 1) or beam search: cfg.n_best hypotheses
+    per line, on the device the model is on.
 
     Lines are sorted by length into batches of about cfg.batch_tokens source tokens (divided by the
     beam), and the results put back in input order; an empty line gets one empty hypothesis. A line
-    longer than `max_source_pieces` (and the model's positions) is translated in parts, with a
-    warning; its parts' 1-best translations are joined into its one hypothesis. `prefixes` (one per
+    longer than the request's max_len (and the model's positions) is translated in parts, with a
+    warning; its parts' 1-best translations are joined into its one hypothesis. Its prefixes (one per
     line, "" for none): each line's translation starts with that text's pieces (its first part's).
     Sampling with cfg.n_best N draws N translations of each line (`_draws`). A model from `text_only`
     may leave the scores out (NaN; CTranslate2's greedy search).
     """
     if cfg.sample and cfg.n_best > 1:
-        return _draws(model, tokenizer, lines, cfg, use_cache, max_source_pieces, prefixes)
+        return _draws(request, cfg, use_cache)
+    model, tokenizer, lines, prefixes = request.searcher, request.tokenizer, request.lines, request.prefixes
     was_training = model.training
     model.eval()
-    owner, parts = source_parts(tokenizer, lines, model, max_source_pieces)
+    owner, parts = source_parts(request)
     forced = tokenizer.encode_target(prefixes) if prefixes else [[] for _ in lines]
     lengths = [len(p) + 1 for p in parts]
     found: list[list[Hypothesis]] = [[] for _ in parts]
@@ -144,11 +152,11 @@ def _sampling_seeds(seed: int, owner: list[int], part_no: list[int], draw: int) 
     return [derived_seed(seed, i, n, draw) for i, n in zip(owner, part_no)]
 
 
-def _draws(model, tokenizer, lines, cfg, *args) -> list[list[Hypothesis]]:
+def _draws(request: SearchRequest, cfg: DecodeConfig, use_cache: bool) -> list[list[Hypothesis]]:
     """cfg.n_best samples of each line, in the order drawn: draw k is seeded apart from the others,
     and draw 0 is the one sample that n_best 1 gives."""
     one = replace(cfg, n_best=1)
-    drawn = [search_lines(model, tokenizer, lines, one, *args, draw=k) for k in range(cfg.n_best)]
+    drawn = [search_lines(request, one, use_cache, draw=k) for k in range(cfg.n_best)]
     return [[hyps[0] for hyps in line] for line in zip(*drawn)]
 
 
@@ -167,7 +175,7 @@ def _search_groups(
     for parts, prefixes, seeds in batches:
         src, src_mask = (t.to(device) for t in source_batch(parts))
         prefix = _pad(prefixes).to(device) if any(prefixes) else None
-        yield search(model, src, src_mask, cfg, use_cache, prefix, seeds)
+        yield search(model, Sources(src, src_mask, prefix), cfg, use_cache, seeds)
 
 
 def weights_device(model: Seq2Seq | Ensemble) -> torch.device:
@@ -190,31 +198,16 @@ def text_only(model: Seq2Seq | Engine) -> Seq2Seq | Engine:
     return model.text_only() if hasattr(model, "text_only") else model
 
 
-def translate_lines(
-    model: Seq2Seq,
-    tokenizer: Tokenizer,
-    lines: list[str],
-    cfg: DecodeConfig,
-    max_source_pieces: int | None = None,
-    prefixes: list[str] | None = None,
-) -> list[str]:
-    """Translate raw lines; returns exactly len(lines) lines (the 1-best) in input order."""
-    found = search_lines(
-        text_only(model), tokenizer, lines, cfg, max_source_pieces=max_source_pieces, prefixes=prefixes
-    )
-    return as_written(tokenizer.decode([hyps[0].tokens for hyps in found]), prefixes, tokenizer)
+def translate_lines(request: SearchRequest, cfg: DecodeConfig) -> list[str]:
+    """Translate the request's raw lines; returns exactly one line (the 1-best) per line, in order."""
+    found = search_lines(replace(request, searcher=text_only(request.searcher)), cfg)
+    tokenizer = request.tokenizer
+    return as_written(tokenizer.decode([hyps[0].tokens for hyps in found]), request.prefixes, tokenizer)
 
 
-def translate_nbest(
-    model: Seq2Seq,
-    tokenizer: Tokenizer,
-    lines: list[str],
-    cfg: DecodeConfig,
-    max_source_pieces: int | None = None,
-    prefixes: list[str] | None = None,
-) -> list[list[tuple[str, float]]]:
-    """Up to cfg.n_best (text, score) pairs per input line, best first."""
-    found = search_lines(model, tokenizer, lines, cfg, max_source_pieces=max_source_pieces, prefixes=prefixes)
+def translate_nbest(request: SearchRequest, cfg: DecodeConfig) -> list[list[tuple[str, float]]]:
+    """Up to cfg.n_best (text, score) pairs per line of the request, best first."""
+    found, tokenizer, prefixes = search_lines(request, cfg), request.tokenizer, request.prefixes
     texts = [tokenizer.decode([h.tokens for h in hyps]) for hyps in found]  # a line's n-best
     if prefixes:
         texts = [as_written(line, [prefix] * len(line), tokenizer) for line, prefix in zip(texts, prefixes)]

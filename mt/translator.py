@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import reprlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +40,8 @@ from mt.ct2.engine import Ct2Model, engine_for
 from mt.ct2.export import export_model
 from mt.decode import Ensemble
 from mt.decode_config import DecodeConfig, decoding
-from mt.devices import resolve_device
-from mt.hf.card import export_run
+from mt.hf.export import export_run
+from mt.inputs import as_lines, described, device_of, one_per_line
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.plumbing.errors import ConfigError, RunDirError
@@ -53,7 +52,7 @@ from mt.rescoring.score import Scored, score_lines
 from mt.run.folder import checkpoint_path, load_run, open_reverse
 from mt.sentences import join_lines, join_texts, sentences_of, splitter
 from mt.tokenizer import Tokenizer
-from mt.translate import translate_lines, translate_nbest
+from mt.translate import SearchRequest, translate_lines, translate_nbest
 
 log = logging.getLogger(__name__)
 
@@ -186,12 +185,14 @@ class Translator:
         if decode.mbr or decode.rerank:
             search = chosen_search(nbest, self.reverse, self.config.bleu_tokenize)
         if not decode.split_sentences:
-            return search(self.searcher, self.tokenizer, lines, decode, self.max_source, prefixes)
+            return search(SearchRequest(self.searcher, self.tokenizer, lines, self.max_len, prefixes), decode)
         split = splitter(self.spelling.name("split_sentences"))
         sentences, counts = sentences_of(lines, self.config.data.src_lang, split)
         if prefixes is not None:  # a line's prefix starts its first sentence's translation
             prefixes = [p for prefix, n in zip(prefixes, counts) for p in [prefix] + [""] * (n - 1)]
-        found = search(self.searcher, self.tokenizer, sentences, decode, self.max_source, prefixes)
+        found = search(
+            SearchRequest(self.searcher, self.tokenizer, sentences, self.max_len, prefixes), decode
+        )
         return join_lines(found, counts, join)
 
     def alignable(self, **options: Any) -> None:
@@ -241,7 +242,7 @@ class Translator:
     ) -> Path:
         """`mt export`: the checkpoint as a CTranslate2 model directory (default RUN/ct2, which engine
         ctranslate2 reads), with a note of the checkpoint's file, its sha256 and the run's config; or
-        with format "hf" a Transformers model directory (default RUN/hf, mt.hf.card), at full precision,
+        with format "hf" a Transformers model directory (default RUN/hf, mt.hf.export), at full precision,
         its card scored by its own generate (and its length penalty matched on val) where `score`."""
         if format == "hf":
             if quantization not in ("none", "float32"):
@@ -265,7 +266,7 @@ class Translator:
         return folder
 
     @property
-    def max_source(self) -> int:
+    def max_len(self) -> int:
         """Source pieces a line may have before it is translated in parts: the run's data.max_len."""
         return self.config.data.max_len
 
@@ -290,53 +291,6 @@ def say_left_out(run: DecodeConfig, decode: DecodeConfig, options: dict, spellin
 def join_best(found: list[list[tuple[str, float]]]) -> list[tuple[str, float]]:
     """A line's sentences' 1-best (translation, score) pairs as the line's: texts joined, scores summed."""
     return [(join_texts([hyps[0][0] for hyps in found]), sum(hyps[0][1] for hyps in found))]
-
-
-def as_lines(name: str, lines: Any, kind: type | tuple[type, ...] = str) -> list:
-    """`lines` (a list, tuple or any iterable of `kind`) as a list, else a TypeError naming the
-    argument `name`, or the item by its index, and what was given. A str is refused, not read as its
-    characters: every method gives a list, one item per line, and one line goes in as a list of one
-    (docs/api.md, "Arguments", says why a str is not taken as one line)."""
-    expected = "str" if kind is str else "str or Path"
-    if isinstance(lines, (str, bytes)):
-        raise TypeError(
-            f"{name}: expected a list of {expected}, got {described(lines)}; pass a list: "
-            f"[{reprlib.repr(lines)}]"
-        )
-    try:
-        lines = list(lines)
-    except TypeError:
-        raise TypeError(f"{name}: expected a list of {expected}, got {described(lines)}") from None
-    for i, line in enumerate(lines):
-        if not isinstance(line, kind):
-            raise TypeError(f"{name}[{i}]: expected {expected}, got {described(line)}")
-    return lines
-
-
-def described(value: Any) -> str:
-    """How a TypeError shows a value given: "int 3", "str 'Der Hund.'", "None"."""
-    return "None" if value is None else f"{type(value).__name__} {reprlib.repr(value)}"
-
-
-def device_of(device: Any) -> torch.device:
-    """from_run's `device` ("auto", "cpu", "cuda", "cuda:1" or a torch.device) as a torch.device, or one
-    clear error (torch's names every device type it knows)."""
-    if isinstance(device, torch.device):
-        return device
-    if not isinstance(device, str):
-        raise TypeError(f"device: expected str or torch.device, got {described(device)}")
-    try:
-        return resolve_device(device)
-    except RuntimeError:
-        raise ConfigError(
-            f"device={device}: not a device; pass auto, cpu or cuda (cuda:N)", "device"
-        ) from None
-
-
-def one_per_line(name: str, items: list[str] | None, lines: list[str], none: str = "") -> None:
-    """`items` (None: not given) has one entry per line, else a ConfigError naming `name`."""
-    if items is not None and len(items) != len(lines):
-        raise ConfigError(f"{name}: {len(items)} given for {len(lines)} lines; give one per line{none}", name)
 
 
 def ensemble_of(

@@ -26,7 +26,7 @@ from measure import decoding_flags, open_run, scores, split_of, timed
 
 from mt.ct2.engine import Ct2Model
 from mt.run.names import evaluation_name
-from mt.translate import search_lines, text_only
+from mt.translate import SearchRequest, search_lines, text_only
 
 
 def main() -> None:
@@ -57,7 +57,9 @@ def main() -> None:
 
     def search(lines: list[str], use_cache: bool = True) -> list:
         searched = model if args.with_scores else text_only(model)
-        return search_lines(searched, tokenizer, lines, decode, use_cache=use_cache)  # on the model's device
+        return search_lines(
+            SearchRequest(searched, tokenizer, lines), decode, use_cache=use_cache
+        )  # on the model's device
 
     timed(lambda: search(src[:50]), device)  # warm up allocator and kernels
     seconds, found = timed(lambda: search(src), device)

@@ -45,7 +45,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # mt from this checkout, inst
 
 from train_profile import family_table, labelled, op_families  # noqa: E402
 
-import mt.loss  # noqa: E402
+import mt.training.loss  # noqa: E402
 from mt.batching import Pairs  # noqa: E402
 from mt.config import load_config  # noqa: E402
 from mt.devices import native_precisions, resolve_device, set_precision  # noqa: E402
@@ -66,9 +66,10 @@ PEAKS = {
 }
 # compile: torch.compile(model, dynamic=True); layers: each encoder and decoder layer compiled alone
 # (dynamic=True), the embeddings, the output projection and the loss eager; loss: the model eager, the
-# label-smoothed loss (mt.loss.label_smoothed_loss, forward and backward) compiled; cudnn: SDPA may use cuDNN;
-# bf16w (bf16 rows, issue 94's casts lever, not in mt): no autocast, the update computed by a bf16 copy of
-# the model, refreshed from the fp32 weights once an update; its gradients cast to fp32 for Adam's step
+# label-smoothed loss (mt.training.loss.label_smoothed_loss, forward and backward) compiled; cudnn: SDPA
+# may use cuDNN; bf16w (bf16 rows, issue 94's casts lever, not in mt): no autocast, the update computed by
+# a bf16 copy of the model, refreshed from the fp32 weights once an update; its gradients cast to fp32 for
+# Adam's step
 SWITCHES = ["eager", "compile", "layers", "loss", "cudnn", "bf16w"]
 
 
@@ -105,7 +106,9 @@ def build(cfg, row: dict, vocab_size: int, pieces: torch.Tensor, device: torch.d
         for layer in [*model.encoder, *model.decoder]:
             layer.compile(dynamic=True)
     elif row["switch"] == "loss":  # batch_loss looks the function up at each call: this process only
-        mt.loss.label_smoothed_loss = torch.compile(mt.loss.label_smoothed_loss, dynamic=True)
+        mt.training.loss.label_smoothed_loss = torch.compile(
+            mt.training.loss.label_smoothed_loss, dynamic=True
+        )
     set_precision(device, row["precision"])  # as `mt train`: cuDNN's attention off ...
     if device.type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(row["switch"] == "cudnn")  # ... unless that is the switch

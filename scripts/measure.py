@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from mt.arguments import decoding_options
 from mt.data import load_split
 from mt.decode_config import DecodeConfig
-from mt.metrics import corpus_scores
+from mt.plumbing.metrics import corpus_scores
 from mt.plumbing.spelling import COMMAND_LINE
 
 if TYPE_CHECKING:

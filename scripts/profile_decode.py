@@ -17,7 +17,7 @@ import json
 from measure import decoding_flags, open_run, split_of, timed
 from torch.profiler import ProfilerActivity, profile
 
-from mt.translate import search_lines
+from mt.translate import SearchRequest, search_lines
 
 KINDS = {  # profiler op name -> kind; ops not listed are "other ops"
     "matmul": ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm"),
@@ -48,7 +48,9 @@ def main() -> None:
     translator = open_run(args.run, args, engine="torch", device="cpu")
     tokenizer, model = translator.tokenizer, translator.model
     src, _ = split_of(translator, args.split)
-    search_lines(model, tokenizer, src[:50], translator.decode)  # warm up allocator and kernels
+    search_lines(
+        SearchRequest(model, tokenizer, src[:50]), translator.decode
+    )  # warm up allocator and kernels
     steps, rows = [0], [0]
     decode = model.decode
 
@@ -59,7 +61,7 @@ def main() -> None:
 
     def profiled() -> profile:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            search_lines(model, tokenizer, src, translator.decode)
+            search_lines(SearchRequest(model, tokenizer, src), translator.decode)
         return prof
 
     model.decode = counted

@@ -26,7 +26,7 @@ import json
 
 import torch
 
-from mt.metrics import HEADLINE
+from mt.plumbing.metrics import HEADLINE
 from mt.plumbing.script import signature_tokenizer
 from mt.report.groups import between_groups, group_statistics, resample_counts, score_of
 from mt.report.runs import load_runs

@@ -26,8 +26,8 @@ from typing import Callable
 import torch
 from torch.autograd.profiler import record_function
 
-import mt.loss
 import mt.model
+import mt.training.loss
 
 FAMILIES = [
     "matmul",
@@ -53,7 +53,7 @@ RULES = [  # (pattern on an op, record or backward node name, family): the first
     (r"embedding|Embedding", "embedding"),
 ]
 COMPILED = re.compile(r"^(Torch-Compiled Region|CompiledFunction|## Call CompiledFxGraph)")
-LABELS = {"mt.loss": "loss", "mt.dropout": "dropout", "mt.grad_clip": "grad clip"}
+LABELS = {"mt.training.loss": "loss", "mt.dropout": "dropout", "mt.grad_clip": "grad clip"}
 ALLOCATION = re.compile(r"^aten::(empty|empty_like|empty_strided|resize_)$")
 CASTS = re.compile(r"^aten::(_to_copy|to)$|^ToCopyBackward")
 BACKWARD = "autograd::engine::evaluate_function: "
@@ -104,7 +104,7 @@ def labelled():
 
     patched = [
         (mt.model.Dropout, "forward", "mt.dropout"),
-        (mt.loss, "label_smoothed_loss", "mt.loss"),
+        (mt.training.loss, "label_smoothed_loss", "mt.training.loss"),
         (torch.nn.utils, "clip_grad_norm_", "mt.grad_clip"),
     ]
     originals = [getattr(owner, name) for owner, name, _ in patched]

@@ -29,7 +29,7 @@ from mt.training.bpe import train_tokenizer
 from mt.training.epochs import BatchStream
 from mt.training.step import inverse_sqrt_lr, train_step
 from mt.training.train import train
-from mt.translate import translate_nbest
+from mt.translate import SearchRequest, translate_nbest
 from mt.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -313,5 +313,5 @@ def expected(served, lines: list[str], prefixes=None, **options) -> list[list[tu
     run, cfg, tokenizer, model = served
     decode = dataclasses.replace(cfg.decode, **options)
     return translate_nbest(
-        model, tokenizer, lines, decode, max_source_pieces=cfg.data.max_len, prefixes=prefixes
+        SearchRequest(model, tokenizer, lines, max_len=cfg.data.max_len, prefixes=prefixes), decode
     )

@@ -1,4 +1,4 @@
-"""Runs `mt` with a throwaway metric added to mt.metrics before anything else reads the table, and
+"""Runs `mt` with a throwaway metric added to mt.plumbing.metrics before anything else reads the table, and
 made the primary one: `words_off`, the mean per line of |hypothesis words - reference words|, lower
 better. With CURVES set, also writes the report's curve points (mt.report.curves) of the runs given there.
 Usage: tests/metric_driver.py COMMAND ARGS..."""
@@ -10,7 +10,7 @@ import sys
 import numpy as np
 from sacrebleu.metrics.base import Metric, Score, Signature
 
-import mt.metrics as metrics
+import mt.plumbing.metrics as metrics
 
 
 class WordsOffSignature(Signature):

@@ -24,7 +24,7 @@ webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
-from mt.metrics import HEADLINE  # noqa: E402
+from mt.plumbing.metrics import HEADLINE  # noqa: E402
 from mt.run.card import read_card  # noqa: E402
 from mt.serving.app import create_app, server_info  # noqa: E402
 from mt.serving.limits import ServeLimits  # noqa: E402
@@ -139,7 +139,7 @@ def test_type_translate_and_explore_the_attention(server, served_run, browser, t
     wait = WebDriverWait(browser, 60)
     browser.get(server)
     wait.until(lambda d: "layers" in d.find_element(By.ID, "model-info").text)  # GET /info answered
-    card = read_card(served_run)["training"]  # the scores are labelled from mt.metrics
+    card = read_card(served_run)["training"]  # the scores are labelled from mt.plumbing.metrics
     best = ", ".join(f"{m.label} {card['best_val_' + m.key]:.2f}" for m in HEADLINE)
     assert browser.find_element(By.ID, "model-info").text.endswith(f"steps, best validation {best}")
     source = browser.find_element(By.ID, "source")

@@ -7,7 +7,7 @@ import re
 import pytest
 from conftest import mt_cli
 
-from mt.metrics import corpus_scores
+from mt.plumbing.metrics import corpus_scores
 
 
 @pytest.mark.slow
@@ -100,9 +100,9 @@ def test_unknown_key_is_one_line_exit_2(tmp_path):
         "mt: error: --set train.lerning_rate=1: unknown key 'train.lerning_rate'; did you "
         "mean 'lr'? valid keys: "
         "lr, warmup_steps, schedule, max_tokens, pad_multiple, max_steps, max_minutes, label_smoothing, "
-        "precision, device, dist_backend, clip_norm, accumulate, patience, best_metric, keep_last, "
-        "average_last, valid_every, valid_beam, tune, save_every, log_every, tensorboard, max_nonfinite, "
-        "seed, threads, init_from, freeze\n"
+        "dropout_start, precision, device, dist_backend, clip_norm, accumulate, patience, best_metric, "
+        "keep_last, average_last, valid_every, valid_beam, tune, save_every, log_every, tensorboard, "
+        "max_nonfinite, seed, threads, init_from, freeze\n"
     )
 
 

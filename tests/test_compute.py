@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from mt.batching import Pairs, make_batch, source_batch
 from mt.config import ModelConfig
-from mt.decode import search
+from mt.decode import Sources, search
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.output_pieces import target_pieces
@@ -68,7 +68,9 @@ def test_a_searchs_multiply_adds_are_what_torchs_flop_counter_counts(beam):
     model = Seq2Seq(cfg, 50).eval()
     src, src_mask = source_batch([[5, 6, 7, 8, 9, 10]])
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        (best, *_), *_ = search(model, src, src_mask, DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=6))
+        (best, *_), *_ = search(
+            model, Sources(src, src_mask), DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=6)
+        )
     assert len(best.tokens) == 6  # cut at the limit: 6 steps, none of them eos
     expected = search_multiply_adds(cfg, 50, torch.tensor([6]), torch.tensor([5]), beam)  # 6 steps
     assert counter.get_total_flops() == 2 * expected

@@ -15,12 +15,12 @@ from mt.config import ModelConfig
 from mt.ct2.engine import DECODE_FIELDS, Ct2Model
 from mt.ct2.export import MODEL_FIELDS, ctranslate2, export_model, unmapped, vocabulary
 from mt.decode_config import DecodeConfig
-from mt.metrics import corpus_scores
 from mt.model import Seq2Seq
 from mt.output_pieces import target_pieces
 from mt.plumbing.engine_fields import Carried, Unsupported, carried
 from mt.plumbing.errors import ConfigError, RunDirError
-from mt.translate import search_lines, text_only, translate_lines
+from mt.plumbing.metrics import corpus_scores
+from mt.translate import SearchRequest, search_lines, text_only, translate_lines
 
 try:
     import ctranslate2 as ct2
@@ -88,8 +88,10 @@ def test_greedy_and_beam_5_are_identical_with_mts_scores(trained_model, tokenize
     # two candidates' log-probabilities can tie within 1e-6 and each engine break the tie its own way
     for beam in (1, 5):
         cfg = DecodeConfig(beam=beam)
-        mine = search_lines(trained_model, tokenizer, lines, cfg)
-        theirs = search_lines(loaded(trained_export, trained_model, tokenizer), tokenizer, lines, cfg)
+        mine = search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)
+        theirs = search_lines(
+            SearchRequest(loaded(trained_export, trained_model, tokenizer), tokenizer, lines), cfg
+        )
         assert agreeing(mine, theirs) >= 198, beam
 
 
@@ -99,8 +101,10 @@ def test_greedy_and_beam_5_are_identical_with_mts_scores(trained_model, tokenize
 def test_no_repeat_ngram_decodes_as_mts(trained_model, tokenizer, trained_export, toy, beam):
     lines = toy["test"][0][:100] + [" ".join(["der Hund und die Katze und"] * 6)]  # an enumeration too
     cfg = DecodeConfig(beam=beam, no_repeat_ngram=2)  # 2: most lines have a piece it bans somewhere
-    mine = search_lines(trained_model, tokenizer, lines, cfg)
-    theirs = search_lines(loaded(trained_export, trained_model, tokenizer), tokenizer, lines, cfg)
+    mine = search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)
+    theirs = search_lines(
+        SearchRequest(loaded(trained_export, trained_model, tokenizer), tokenizer, lines), cfg
+    )
     assert agreeing(mine, theirs) >= 100  # 101 of 101 here
 
 
@@ -110,9 +114,10 @@ def test_no_repeat_ngram_decodes_as_mts(trained_model, tokenizer, trained_export
 def test_forced_prefixes_decode_as_mts(trained_model, tokenizer, trained_export, toy, beam):
     lines, cfg = toy["test"][0][:60], DecodeConfig(beam=beam)
     prefixes = ["the", "", "a big"] * 20
-    mine = search_lines(trained_model, tokenizer, lines, cfg, prefixes=prefixes)
+    mine = search_lines(SearchRequest(trained_model, tokenizer, lines, prefixes=prefixes), cfg)
     theirs = search_lines(
-        loaded(trained_export, trained_model, tokenizer), tokenizer, lines, cfg, prefixes=prefixes
+        SearchRequest(loaded(trained_export, trained_model, tokenizer), tokenizer, lines, prefixes=prefixes),
+        cfg,
     )
     assert agreeing(mine, theirs) >= 59  # 60 of 60 here; scores with the prefix's own (ct2._collect)
 
@@ -124,20 +129,24 @@ def test_text_only_greedy_asks_for_no_scores_and_finds_the_same_text(
 ):
     engine = loaded(trained_export, trained_model, tokenizer)
     lines, prefixes = toy["test"][0][:60], ["the", "", "a big"] * 20
-    scored = search_lines(engine, tokenizer, lines, DecodeConfig(), prefixes=prefixes)
-    text = search_lines(text_only(engine), tokenizer, lines, DecodeConfig(), prefixes=prefixes)
+    scored = search_lines(SearchRequest(engine, tokenizer, lines, prefixes=prefixes), DecodeConfig())
+    text = search_lines(SearchRequest(text_only(engine), tokenizer, lines, prefixes=prefixes), DecodeConfig())
     assert [h[0].tokens for h in text] == [h[0].tokens for h in scored]
     assert all(math.isnan(h[0].logprob) and math.isnan(h[0].score) for h in text)
     assert not any(math.isnan(h[0].logprob) for h in scored)
-    beam = search_lines(text_only(engine), tokenizer, lines, DecodeConfig(beam=5))  # mt ranks a beam
-    assert beam == search_lines(engine, tokenizer, lines, DecodeConfig(beam=5))
+    beam = search_lines(
+        SearchRequest(text_only(engine), tokenizer, lines), DecodeConfig(beam=5)
+    )  # mt ranks a beam
+    assert beam == search_lines(SearchRequest(engine, tokenizer, lines), DecodeConfig(beam=5))
 
 
 @needs_ct2
 @pytest.mark.slow
 def test_n_best_lists_are_ranked_by_mts_length_penalty(trained_model, tokenizer, trained_export):
     cfg = DecodeConfig(beam=4, n_best=3, length_penalty=0.6)
-    (hyps,) = search_lines(loaded(trained_export, trained_model, tokenizer), tokenizer, SOURCES[:1], cfg)
+    (hyps,) = search_lines(
+        SearchRequest(loaded(trained_export, trained_model, tokenizer), tokenizer, SOURCES[:1]), cfg
+    )
     assert len(hyps) == 3 and [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
     for h in hyps:  # eos counted, as mt's beam search counts it
         assert h.score == pytest.approx(h.logprob / ((5 + len(h.tokens) + 1) / 6) ** 0.6)
@@ -151,7 +160,7 @@ def test_int8_bleu_stays_near_float32(trained_model, tokenizer, trained_export, 
     for compute_type in ("float32", "int8"):
         model = loaded(trained_export, trained_model, tokenizer, compute_type=compute_type)
         bleu[compute_type] = corpus_scores(
-            translate_lines(model, tokenizer, src, DecodeConfig(beam=5)), ref, tokenize="13a"
+            translate_lines(SearchRequest(model, tokenizer, src), DecodeConfig(beam=5)), ref, tokenize="13a"
         )["bleu"]
     # on this small model (d 64, 500 updates) int8 measured 2.0 lower here (300 lines; 3.2 on all 500
     # with beam 5, 4.7 greedy): the issue's 0.5 is not met at this size, so the floor is what it is
@@ -163,7 +172,9 @@ def test_int8_bleu_stays_near_float32(trained_model, tokenizer, trained_export, 
 def test_odd_lines_stay_aligned(trained_model, tokenizer, trained_export):
     long = " ".join(["ein Hund"] * 80)  # more pieces than the model's positions: translated in parts
     lines = ["", "   ", "ein Hund", long, "\u00e4\u00f6\u00fc \u2028 x", ""]
-    out = translate_lines(loaded(trained_export, trained_model, tokenizer), tokenizer, lines, DecodeConfig())
+    out = translate_lines(
+        SearchRequest(loaded(trained_export, trained_model, tokenizer), tokenizer, lines), DecodeConfig()
+    )
     assert len(out) == len(lines) and out[0] == out[1] == out[-1] == "" and out[2] and out[3]
     assert all("\n" not in line for line in out)
 
@@ -253,9 +264,12 @@ def test_a_deep_encoder_and_shallow_decoder_export_with_identical_greedy_outputs
     assert (len(model.encoder), len(model.decoder)) == (3, 1)
     lines = toy["test"][0][:100]
     decode = DecodeConfig(beam=1)
-    mine = search_lines(model, tokenizer, lines, decode)
+    mine = search_lines(SearchRequest(model, tokenizer, lines), decode)
     theirs = search_lines(
-        loaded(exported(model, tokenizer, tmp_path / "ct2"), model, tokenizer), tokenizer, lines, decode
+        SearchRequest(
+            loaded(exported(model, tokenizer, tmp_path / "ct2"), model, tokenizer), tokenizer, lines
+        ),
+        decode,
     )
     assert agreeing(mine, theirs) >= 99
 
@@ -288,25 +302,33 @@ def test_a_refused_field_is_refused_with_its_reason_and_carried_fields_build_the
     refuses it in one line with the table's reason; at its default nothing changes. The calls' arguments
     are what the Carried entries make, and nothing else."""
     extended = dataclasses.make_dataclass(
-        "Extended", [("min_len", int, dataclasses.field(default=0))], bases=(DecodeConfig,), frozen=True
+        "Extended", [("coverage", int, dataclasses.field(default=0))], bases=(DecodeConfig,), frozen=True
     )
-    table = {**DECODE_FIELDS, "min_len": Unsupported("no minimum length here, for the sake of this test")}
+    table = {**DECODE_FIELDS, "coverage": Unsupported("no coverage penalty here, for the sake of this test")}
     unmapped(extended(), table, "decode")
     with pytest.raises(ConfigError) as e:
-        unmapped(extended(min_len=3), table, "decode")
+        unmapped(extended(coverage=3), table, "decode")
     assert str(e.value) == (
-        "decode.min_len: 3 is refused by the ctranslate2 engine (no minimum length here, for the sake of "
-        "this test); decode with the torch engine"
+        "decode.coverage: 3 is refused by the ctranslate2 engine (no coverage penalty here, for the sake "
+        "of this test); decode with the torch engine"
     )
     cfg = DecodeConfig(beam=4, no_repeat_ngram=3, compute_type="int8")
     search = {e.argument for e in DECODE_FIELDS.values() if isinstance(e, Carried) and e.at == "search"}
-    assert search == {"beam_size", "no_repeat_ngram_size"}
-    assert carried(cfg, DECODE_FIELDS, "search") == {"beam_size": 4, "no_repeat_ngram_size": 3}
+    assert search == {"beam_size", "no_repeat_ngram_size", "min_decoding_length"}
+    assert carried(cfg, DECODE_FIELDS, "search") == {
+        "beam_size": 4,
+        "no_repeat_ngram_size": 3,
+        "min_decoding_length": 0,
+    }
     assert carried(cfg, DECODE_FIELDS, "load") == {"compute_type": "int8"}
     deep = dataclasses.replace(TEXT_MODEL, encoder_layers=3, decoder_layers=1, norm="post")
     assert carried(deep, MODEL_FIELDS, "spec") == {"num_heads": 4, "num_layers": (3, 1), "pre_norm": False}
     unset = {**DECODE_FIELDS, "seed": Carried("random_seed", lambda cfg: None)}  # valued None: left out
-    assert carried(cfg, unset, "search") == {"beam_size": 4, "no_repeat_ngram_size": 3}
+    assert carried(cfg, unset, "search") == {
+        "beam_size": 4,
+        "no_repeat_ngram_size": 3,
+        "min_decoding_length": 0,
+    }
 
 
 # A value other than the tests' own for every option: each field of ModelConfig and DecodeConfig is
@@ -333,6 +355,7 @@ DECODE_VALUES = {
     "max_len_a": 0.5,
     "max_len_b": 2,
     "no_repeat_ngram": 2,
+    "min_len": 8,
     "batch_tokens": 40,
     "engine": "ctranslate2",
     "compute_type": "float32",
@@ -360,9 +383,12 @@ def test_each_model_field_exports_to_the_same_greedy_translations(tokenizer, toy
     )
     model = Seq2Seq(cfg, tokenizer.vocab_size, ids if cfg.output_pieces == "target" else None).eval()
     lines, decode = toy["test"][0][:40], DecodeConfig(max_len_a=0.0, max_len_b=12)
-    mine = search_lines(model, tokenizer, lines, decode)
+    mine = search_lines(SearchRequest(model, tokenizer, lines), decode)
     theirs = search_lines(
-        loaded(exported(model, tokenizer, tmp_path / "ct2"), model, tokenizer), tokenizer, lines, decode
+        SearchRequest(
+            loaded(exported(model, tokenizer, tmp_path / "ct2"), model, tokenizer), tokenizer, lines
+        ),
+        decode,
     )
     assert agreeing(mine, theirs) >= 39
 
@@ -381,9 +407,9 @@ def test_each_decoding_field_decodes_as_mts_or_is_refused(
             loaded(trained_export, trained_model, tokenizer, **dataclasses.asdict(cfg))
         return
     lines = toy["test"][0][:60]
-    mine = search_lines(trained_model, tokenizer, lines, cfg)
+    mine = search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)
     engine = loaded(trained_export, trained_model, tokenizer, **dataclasses.asdict(cfg))
-    theirs = search_lines(engine, tokenizer, lines, cfg)
+    theirs = search_lines(SearchRequest(engine, tokenizer, lines), cfg)
     assert agreeing(mine, theirs) >= 59
     assert [len(h) for h in theirs] == [len(h) for h in mine] == [cfg.n_best] * 60
 
@@ -394,4 +420,7 @@ def test_a_search_refuses_an_option_the_engine_does_not_map(text_model, tokenize
     engine = loaded(folder, text_model, tokenizer)
     monkeypatch.delitem(DECODE_FIELDS, "no_repeat_ngram")  # as a field nobody mapped
     with pytest.raises(ConfigError, match=r"^decode.no_repeat_ngram: 3 is not mapped to CTranslate2"):
-        search_lines(engine, tokenizer, ["ein Hund"], DecodeConfig(engine="ctranslate2", no_repeat_ngram=3))
+        search_lines(
+            SearchRequest(engine, tokenizer, ["ein Hund"]),
+            DecodeConfig(engine="ctranslate2", no_repeat_ngram=3),
+        )

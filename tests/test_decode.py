@@ -15,19 +15,23 @@ from conftest import TEXT_MODEL
 
 from mt.batching import source_batch
 from mt.config import BOS, EOS
-from mt.decode import Ensemble, Hypothesis, Sampler, beam_search, greedy_decode, length_penalty
+from mt.decode import Ensemble, Hypothesis, Sampler, Sources, beam_search, greedy_decode, length_penalty
 from mt.decode_config import DecodeConfig, decoding
 from mt.kv_cache import KVCache
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.spelling import COMMAND_LINE, REQUEST
-from mt.translate import search_lines
+from mt.translate import SearchRequest, search_lines
 
 
 def test_cached_and_uncached_greedy_are_identical(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:8]))
-    cached = greedy_decode(any_model, src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5), use_cache=True)
-    uncached = greedy_decode(any_model, src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5), use_cache=False)
+    cached = greedy_decode(
+        any_model, Sources(src, mask), DecodeConfig(max_len_a=1.0, max_len_b=5), use_cache=True
+    )
+    uncached = greedy_decode(
+        any_model, Sources(src, mask), DecodeConfig(max_len_a=1.0, max_len_b=5), use_cache=False
+    )
     assert [h.tokens for h in cached] == [h.tokens for h in uncached]
     assert [h.logprob for h in cached] == pytest.approx([h.logprob for h in uncached], abs=1e-4)
     assert all(len(h.tokens) <= length + 5 for h, length in zip(cached, mask.sum(1).tolist()))
@@ -36,9 +40,11 @@ def test_cached_and_uncached_greedy_are_identical(any_model, tokenizer, toy):
 def test_greedy_one_by_one_equals_batched(any_model, tokenizer, toy):
     ids = tokenizer.encode(toy["test"][0][:8])
     src, mask = source_batch(ids)
-    batched = greedy_decode(any_model, src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5))
+    batched = greedy_decode(any_model, Sources(src, mask), DecodeConfig(max_len_a=1.0, max_len_b=5))
     for i, s in enumerate(ids):
-        [alone] = greedy_decode(any_model, *source_batch([s]), DecodeConfig(max_len_a=1.0, max_len_b=5))
+        [alone] = greedy_decode(
+            any_model, Sources(*source_batch([s])), DecodeConfig(max_len_a=1.0, max_len_b=5)
+        )
         assert alone.tokens == batched[i].tokens
         assert alone.logprob == pytest.approx(batched[i].logprob, abs=1e-4)
         assert len(alone.tokens) <= len(s) + 1 + 5
@@ -80,7 +86,7 @@ class ScriptedModel(torch.nn.Module):
 def run(beam, alpha, n_best=3):
     src, mask = source_batch([[A, B, C]])
     cfg = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=5, length_penalty=alpha, n_best=n_best)
-    return beam_search(ScriptedModel(), src, mask, cfg)[0]
+    return beam_search(ScriptedModel(), Sources(src, mask), cfg)[0]
 
 
 # By hand, beam 2. Step 1: a (.6), b (.4). Step 2 candidates: a-eos .34, b-c .33, a-c .26, b-eos .07;
@@ -115,7 +121,9 @@ def test_beam_search_computes_only_the_running_sentences_beams():
 
     src, mask = source_batch([[A], [A, B, C]])  # limits 2 and 4: the first is done after step 2
     both = beam_search(
-        Counting(), src, mask, DecodeConfig(beam=2, max_len_a=1.0, max_len_b=0, length_penalty=0.0, n_best=2)
+        Counting(),
+        Sources(src, mask),
+        DecodeConfig(beam=2, max_len_a=1.0, max_len_b=0, length_penalty=0.0, n_best=2),
     )
     assert rows == [2, 4, 2]
     assert [h.tokens for h in both[0]] == [[A], [B, C]]  # at the limit: [b c] without eos
@@ -125,18 +133,48 @@ def test_beam_search_computes_only_the_running_sentences_beams():
 
 def test_greedy_takes_the_locally_best_path():
     src, mask = source_batch([[A, B, C]])
-    [greedy] = greedy_decode(ScriptedModel(), src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5))
+    [greedy] = greedy_decode(ScriptedModel(), Sources(src, mask), DecodeConfig(max_len_a=1.0, max_len_b=5))
     assert greedy.tokens == [A] and greedy.logprob == pytest.approx(math.log(0.34))
     assert greedy.ended
     assert [h.tokens for h in run(beam=1, alpha=0.0)] == [[A]]
+
+
+def test_min_len_bans_eos_until_that_many_pieces_in_greedy_and_beam():
+    """The scripted model ends [A] at once (A -> eos 17/30); min_len 2 makes greedy take C, the one
+    other piece after A, at its renormalised log-probability 0, then eos; every beam hypothesis has 2
+    pieces or more. min_len 0 is the search without it."""
+    src, mask = source_batch([[A, B, C]])
+    cfg = DecodeConfig(max_len_a=1.0, max_len_b=5, min_len=2)
+    [greedy] = greedy_decode(ScriptedModel(), Sources(src, mask), cfg)
+    assert greedy.tokens == [A, C] and greedy.logprob == pytest.approx(math.log(0.6))
+    beams = beam_search(ScriptedModel(), Sources(src, mask), dataclasses.replace(cfg, beam=2, n_best=2))[0]
+    assert [h.tokens for h in beams] == [[A, C], [B, C]]
+    [plain] = greedy_decode(ScriptedModel(), Sources(src, mask), dataclasses.replace(cfg, min_len=0))
+    assert plain.tokens == [A]
+
+
+def test_min_len_lengthens_the_lines_a_trained_model_ends_early_and_no_other(trained_model, tokenizer, toy):
+    lines = toy["test"][0][:80]
+    plain = [
+        h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), DecodeConfig())
+    ]
+    long = [
+        h[0].tokens
+        for h in search_lines(SearchRequest(trained_model, tokenizer, lines), DecodeConfig(min_len=6))
+    ]
+    short = [i for i, tokens in enumerate(plain) if len(tokens) < 6]
+    assert short, "no line of the fixture ends before 6 pieces: the test would test nothing"
+    assert all(len(long[i]) >= 6 for i in short)
+    assert [long[i] for i in range(len(lines)) if i not in short] == [
+        plain[i] for i in range(len(lines)) if i not in short
+    ]
 
 
 def test_length_limit_finishes_without_eos():
     src, mask = source_batch([[A]])  # limit = 1.0 * (1 + eos) + 0 = 2 tokens
     hyps = beam_search(
         ScriptedModel(),
-        src,
-        mask,
+        Sources(src, mask),
         DecodeConfig(beam=2, max_len_a=1.0, max_len_b=0, length_penalty=0.0, n_best=2),
     )[0]
     assert [h.tokens for h in hyps] == [[A], [B, C]]
@@ -144,9 +182,13 @@ def test_length_limit_finishes_without_eos():
     assert [h.ended for h in hyps] == [True, False]
     src, mask = source_batch([[A, B, C]])
     alpha = DecodeConfig(beam=2, max_len_a=1.0, max_len_b=0, length_penalty=1.5, n_best=2)
-    hyps = beam_search(ScriptedModel(), src, mask, alpha)[0]  # the score: over the penalty of its steps
+    hyps = beam_search(ScriptedModel(), Sources(src, mask), alpha)[
+        0
+    ]  # the score: over the penalty of its steps
     assert [h.score for h in hyps] == [h.logprob / length_penalty(len(h.tokens) + h.ended, 1.5) for h in hyps]
-    greedy = greedy_decode(ScriptedModel(), *source_batch([[A]]), DecodeConfig(max_len_a=0.0, max_len_b=1))
+    greedy = greedy_decode(
+        ScriptedModel(), Sources(*source_batch([[A]])), DecodeConfig(max_len_a=0.0, max_len_b=1)
+    )
     assert [(g.tokens, g.ended) for g in greedy] == [([A], False)]
 
 
@@ -156,22 +198,26 @@ def test_trained_model_ends_hypotheses_at_different_steps(trained_model, tokeniz
     ids = tokenizer.encode(toy["test"][0][:8])
     src, mask = source_batch(ids)
     limits = [len(s) + 1 + 5 for s in ids]  # a = 1, b = 5
-    greedy = greedy_decode(trained_model, src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5))
+    greedy = greedy_decode(trained_model, Sources(src, mask), DecodeConfig(max_len_a=1.0, max_len_b=5))
     ended = [len(h.tokens) for h, limit in zip(greedy, limits) if len(h.tokens) < limit]
     assert len(ended) >= 6 and len(set(ended)) >= 4
-    beams = beam_search(trained_model, src, mask, DecodeConfig(beam=3, max_len_a=1.0, max_len_b=5, n_best=3))
+    beams = beam_search(
+        trained_model, Sources(src, mask), DecodeConfig(beam=3, max_len_a=1.0, max_len_b=5, n_best=3)
+    )
     assert len({len(h.tokens) for hyps in beams for h in hyps}) >= 6
     random_model = greedy_decode(
-        Seq2Seq(TEXT_MODEL, tokenizer.vocab_size).eval(), src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5)
+        Seq2Seq(TEXT_MODEL, tokenizer.vocab_size).eval(),
+        Sources(src, mask),
+        DecodeConfig(max_len_a=1.0, max_len_b=5),
     )
     assert [len(h.tokens) for h in random_model] == limits  # no eos: every hypothesis hits the limit
 
 
 def test_beam_one_equals_greedy_on_a_model(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:8]))
-    greedy = greedy_decode(any_model, src, mask, DecodeConfig(max_len_a=1.0, max_len_b=5))
+    greedy = greedy_decode(any_model, Sources(src, mask), DecodeConfig(max_len_a=1.0, max_len_b=5))
     beam = beam_search(
-        any_model, src, mask, DecodeConfig(beam=1, max_len_a=1.0, max_len_b=5, length_penalty=0.0)
+        any_model, Sources(src, mask), DecodeConfig(beam=1, max_len_a=1.0, max_len_b=5, length_penalty=0.0)
     )
     assert [h[0].tokens for h in beam] == [g.tokens for g in greedy]
     # float32 sums of ~30 log-probabilities, accumulated in another order: equal to ~1e-6 relative
@@ -188,8 +234,10 @@ def teacher_forced_logprob(model, src: torch.Tensor, src_mask: torch.Tensor, tar
 
 def test_n_best_scores_are_their_hypotheses_probabilities(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:5]))
-    n_best = beam_search(any_model, src, mask, DecodeConfig(beam=4, n_best=4))  # a = 1.5, b = 10, alpha = 1
-    one_best = beam_search(any_model, src, mask, DecodeConfig(beam=4, n_best=1))
+    n_best = beam_search(
+        any_model, Sources(src, mask), DecodeConfig(beam=4, n_best=4)
+    )  # a = 1.5, b = 10, alpha = 1
+    one_best = beam_search(any_model, Sources(src, mask), DecodeConfig(beam=4, n_best=1))
     limits = (1.5 * mask.sum(1) + 10).long().tolist()
     for i, (hyps, best) in enumerate(zip(n_best, one_best)):
         assert len(hyps) == 4 and hyps[0] == best[0]
@@ -205,17 +253,17 @@ def test_n_best_scores_are_their_hypotheses_probabilities(any_model, tokenizer, 
 
 def test_beam_one_by_one_equals_batched(any_model, tokenizer, toy):
     ids = tokenizer.encode(toy["test"][0][:6])
-    batched = beam_search(any_model, *source_batch(ids), DecodeConfig(beam=3, n_best=3))
+    batched = beam_search(any_model, Sources(*source_batch(ids)), DecodeConfig(beam=3, n_best=3))
     for i, s in enumerate(ids):
-        alone = beam_search(any_model, *source_batch([s]), DecodeConfig(beam=3, n_best=3))[0]
+        alone = beam_search(any_model, Sources(*source_batch([s])), DecodeConfig(beam=3, n_best=3))[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
         assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-5)
 
 
 def test_cached_and_uncached_beam_are_identical(any_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:6]))
-    cached = beam_search(any_model, src, mask, DecodeConfig(beam=3, n_best=3))
-    uncached = beam_search(any_model, src, mask, DecodeConfig(beam=3, n_best=3), use_cache=False)
+    cached = beam_search(any_model, Sources(src, mask), DecodeConfig(beam=3, n_best=3))
+    uncached = beam_search(any_model, Sources(src, mask), DecodeConfig(beam=3, n_best=3), use_cache=False)
     assert [[h.tokens for h in hyps] for hyps in cached] == [[h.tokens for h in hyps] for hyps in uncached]
     assert [h.score for hyps in cached for h in hyps] == pytest.approx(
         [h.score for hyps in uncached for h in hyps], abs=1e-4
@@ -224,23 +272,36 @@ def test_cached_and_uncached_beam_are_identical(any_model, tokenizer, toy):
 
 def test_sampling_near_zero_temperature_or_from_the_top_one_piece_is_greedy(trained_model, tokenizer, toy):
     lines = toy["test"][0][:40]
-    greedy = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, DecodeConfig())]
+    greedy = [
+        h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), DecodeConfig())
+    ]
     for sample, temperature in (("topk:50", 1e-4), ("topp:0.9", 1e-4), ("topk:1", 1.0)):
         cfg = DecodeConfig(sample=sample, temperature=temperature, seed=3)
-        assert [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, cfg)] == greedy, sample
+        assert [
+            h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)
+        ] == greedy, sample
 
 
 def test_samples_are_seeded_reproducible_and_independent_of_the_batch(trained_model, tokenizer, toy):
     lines, cfg = toy["test"][0][:30], DecodeConfig(sample="topk:20", temperature=1.5, seed=7)
-    drawn = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, cfg)]
-    assert [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, cfg)] == drawn
+    drawn = [h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)]
+    assert [h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)] == drawn
     one_by_one = dataclasses.replace(cfg, batch_tokens=16)  # a batch per line
-    assert [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, one_by_one)] == drawn
-    reversed_lines = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines[::-1], cfg)]
-    other_seed = [
-        h[0].tokens for h in search_lines(trained_model, tokenizer, lines, dataclasses.replace(cfg, seed=8))
+    assert [
+        h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), one_by_one)
+    ] == drawn
+    reversed_lines = [
+        h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines[::-1]), cfg)
     ]
-    greedy = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, DecodeConfig())]
+    other_seed = [
+        h[0].tokens
+        for h in search_lines(
+            SearchRequest(trained_model, tokenizer, lines), dataclasses.replace(cfg, seed=8)
+        )
+    ]
+    greedy = [
+        h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), DecodeConfig())
+    ]
     assert (
         sum(a != b for a, b in zip(drawn, other_seed)) >= 10
         and sum(a != b for a, b in zip(drawn, greedy)) >= 10
@@ -250,12 +311,12 @@ def test_samples_are_seeded_reproducible_and_independent_of_the_batch(trained_mo
 
 def test_n_samples_per_line_are_n_seeded_draws_the_first_the_one_sample(trained_model, tokenizer, toy):
     lines, cfg = toy["test"][0][:12], DecodeConfig(sample="topk:20", temperature=1.5, seed=7)
-    one = search_lines(trained_model, tokenizer, lines, cfg)
-    three = search_lines(trained_model, tokenizer, lines, dataclasses.replace(cfg, n_best=3))
+    one = search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)
+    three = search_lines(SearchRequest(trained_model, tokenizer, lines), dataclasses.replace(cfg, n_best=3))
     assert [len(hyps) for hyps in three] == [3] * 12
     assert [hyps[0] for hyps in three] == [hyps[0] for hyps in one]
     one_by_one = search_lines(
-        trained_model, tokenizer, lines, dataclasses.replace(cfg, n_best=3, batch_tokens=16)
+        SearchRequest(trained_model, tokenizer, lines), dataclasses.replace(cfg, n_best=3, batch_tokens=16)
     )
     tokens = lambda found: [[h.tokens for h in hyps] for hyps in found]  # noqa: E731
     assert tokens(one_by_one) == tokens(three)  # independent of the batch
@@ -304,9 +365,9 @@ def test_an_ensemble_of_one_or_of_a_model_with_itself_decodes_as_the_model(
     trained_model, tokenizer, toy, beam
 ):
     lines, cfg = toy["test"][0][:12], DecodeConfig(beam=beam, n_best=beam)
-    alone = search_lines(trained_model, tokenizer, lines, cfg)
+    alone = search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)
     for ensemble in (Ensemble([trained_model]), Ensemble([trained_model, trained_model])):
-        together = search_lines(ensemble, tokenizer, lines, cfg)
+        together = search_lines(SearchRequest(ensemble, tokenizer, lines), cfg)
         assert [[h.tokens for h in hyps] for hyps in together] == [[h.tokens for h in hyps] for hyps in alone]
         for a, b in zip(alone, together):
             assert [h.score for h in b] == pytest.approx([h.score for h in a], abs=1e-4)
@@ -333,12 +394,12 @@ def test_an_ensembles_cached_decoding_equals_recomputation(trained_model, tokeni
     src, src_mask = source_batch(tokenizer.encode(toy["test"][0][:6]))
     ensemble = Ensemble([trained_model, trained_model])
     for search_fn in (greedy_decode, beam_search):
-        cached = search_fn(ensemble, src, src_mask, use_cache=True)
-        assert tokens_of(cached) == tokens_of(search_fn(ensemble, src, src_mask, use_cache=False))
+        cached = search_fn(ensemble, Sources(src, src_mask), use_cache=True)
+        assert tokens_of(cached) == tokens_of(search_fn(ensemble, Sources(src, src_mask), use_cache=False))
 
 
 def test_block_repeats_bans_the_pieces_that_would_repeat_an_n_gram():
-    from mt.decode import block_repeats
+    from mt.score_filters import block_repeats
 
     history = torch.tensor(
         [[5, 6, 7, 5, 6], [5, 6, 7, 5, 6]]
@@ -360,9 +421,12 @@ def repeated(tokens: list[int], n: int) -> bool:
 @pytest.mark.parametrize("beam", [1, 3])
 def test_no_repeat_ngram_leaves_no_n_gram_twice(trained_model, tokenizer, toy, beam):
     lines = toy["test"][0][:60] + [" ".join(["der Hund und die Katze und"] * 6)]  # an enumeration
-    free = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, DecodeConfig(beam=beam))]
+    free = [
+        h[0].tokens
+        for h in search_lines(SearchRequest(trained_model, tokenizer, lines), DecodeConfig(beam=beam))
+    ]
     cfg = DecodeConfig(beam=beam, no_repeat_ngram=2)
-    blocked = [h[0].tokens for h in search_lines(trained_model, tokenizer, lines, cfg)]
+    blocked = [h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)]
     assert any(repeated(t, 2) for t in free) and not any(repeated(t, 2) for t in blocked)
     if beam == 1:  # greedy's other lines are as they were (a beam's may rank otherwise: renormalised steps)
         assert all(a == b for a, b in zip(free, blocked) if not repeated(a, 2))

@@ -108,6 +108,7 @@ DRAWN = {
     "max_len_a": [1.5, 2.0],
     "max_len_b": [5, 10],
     "no_repeat_ngram": [0, 3],
+    "min_len": [0, 4],
     "batch_tokens": [6000, 2000],
     "engine": ["torch", "ctranslate2"],
     "compute_type": ["default", "int8"],

@@ -21,7 +21,7 @@ from mt.plumbing.files import file_sha256
 from mt.run.folder import load_run
 from mt.training.compute import search_multiply_adds
 from mt.training.train import train
-from mt.translate import translate_lines
+from mt.translate import SearchRequest, translate_lines
 from mt.translator import Translator
 
 
@@ -45,7 +45,7 @@ def test_a_small_teachers_corpus_is_its_models_search_line_by_line_and_found_aga
     sources, _ = load_split(small_teacher.config.data, "train")
     config, tokenizer, model = load_run(small_teacher.run)  # the model searched directly, not the API
     decode = dataclasses.replace(config.decode, beam=2)
-    expected = translate_lines(model, tokenizer, sources, decode, max_source_pieces=config.data.max_len)
+    expected = translate_lines(SearchRequest(model, tokenizer, sources, max_len=config.data.max_len), decode)
     assert len(sources) == 30 and len(set(expected)) > 10
     assert (folder / "train.de").read_text().splitlines() == sources
     assert (folder / "train.en").read_text().splitlines() == expected

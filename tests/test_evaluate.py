@@ -13,10 +13,10 @@ from mt.cli import main
 from mt.config import load_config
 from mt.evaluate import evaluate_run
 from mt.generated.toy import toy_corpus
-from mt.metrics import corpus_scores
+from mt.plumbing.metrics import corpus_scores
 from mt.run.folder import load_run
 from mt.training.train import train
-from mt.translate import translate_lines
+from mt.translate import SearchRequest, translate_lines
 from mt.translator import Translator
 
 
@@ -36,7 +36,14 @@ def test_a_runs_averaged_model_loads_translates_and_evaluates(tiny, tmp_path, ca
     averaged = torch.load(run / "averaged.pt", weights_only=True)
     assert [Path(p).name for p in averaged["averaged"]] == ["ckpt-0000008.pt", "ckpt-0000012.pt"]
     cfg, tokenizer, model = load_run(run, "averaged")
-    assert len(translate_lines(model, tokenizer, ["Der Hund läuft.", "", "Die Frau liest."], cfg.decode)) == 3
+    assert (
+        len(
+            translate_lines(
+                SearchRequest(model, tokenizer, ["Der Hund läuft.", "", "Die Frau liest."]), cfg.decode
+            )
+        )
+        == 3
+    )
     capsys.readouterr()
     assert main(["evaluate", "--run", str(run), "--checkpoint", "averaged"]) == 0
     assert "BLEU lc " in capsys.readouterr().out

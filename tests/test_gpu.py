@@ -9,7 +9,7 @@ import torch
 
 from mt.batching import make_batch, source_batch
 from mt.config import ModelConfig, TrainConfig, load_config
-from mt.decode import beam_search, greedy_decode
+from mt.decode import Sources, beam_search, greedy_decode
 from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.training.step import train_step
@@ -57,8 +57,8 @@ def test_cached_and_uncached_decoding_agree_on_cuda(trained_model, tokenizer, to
     model = trained_model.to("cuda")
     src, mask = (t.cuda() for t in source_batch(tokenizer.encode(toy["test"][0][:16])))
     for search in (
-        lambda c: greedy_decode(model, src, mask, use_cache=c),
-        lambda c: [h[0] for h in beam_search(model, src, mask, DecodeConfig(beam=4), use_cache=c)],
+        lambda c: greedy_decode(model, Sources(src, mask), use_cache=c),
+        lambda c: [h[0] for h in beam_search(model, Sources(src, mask), DecodeConfig(beam=4), use_cache=c)],
     ):
         assert [h.tokens for h in search(True)] == [h.tokens for h in search(False)]
     trained_model.to("cpu")
@@ -66,8 +66,8 @@ def test_cached_and_uncached_decoding_agree_on_cuda(trained_model, tokenizer, to
 
 def test_cpu_and_cuda_give_the_same_greedy_translations(trained_model, tokenizer, toy):
     src, mask = source_batch(tokenizer.encode(toy["test"][0][:16]))
-    on_cpu = greedy_decode(trained_model.to("cpu"), src, mask)
-    on_gpu = greedy_decode(trained_model.to("cuda"), src.cuda(), mask.cuda())
+    on_cpu = greedy_decode(trained_model.to("cpu"), Sources(src, mask))
+    on_gpu = greedy_decode(trained_model.to("cuda"), Sources(src.cuda(), mask.cuda()))
     trained_model.to("cpu")
     assert [h.tokens for h in on_cpu] == [h.tokens for h in on_gpu]
 

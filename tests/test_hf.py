@@ -20,7 +20,7 @@ from mt.data import load_split
 from mt.decode import Hypothesis
 from mt.decode_config import DecodeConfig
 from mt.hf.card import generated
-from mt.hf.export import MODEL_FIELDS, permuted
+from mt.hf.export import MODEL_FIELDS, permuted, write_model
 from mt.hf.generation import (
     HF_PENALTIES,
     caveats,
@@ -33,7 +33,7 @@ from mt.model import sinusoidal_positions
 from mt.plumbing.engine_fields import Approximated, Carried, Unsupported
 from mt.training.train import train
 from mt.training.tuning import Grid, tune
-from mt.translate import search_lines
+from mt.translate import SearchRequest, search_lines
 from mt.translator import Translator
 
 transformers = pytest.importorskip("transformers")
@@ -100,6 +100,35 @@ def test_greedy_scores_and_beam_through_transformers_equal_mts(exported):
             ).logits[0]
         theirs = torch.log_softmax(logits.float(), -1)[range(len(target) + 1), target + [3]]
         assert theirs.tolist() == pytest.approx(scored.token_logprobs, abs=1e-4)
+
+
+def test_min_len_through_transformers_min_new_tokens_is_mts_greedy(trained_model, tokenizer, toy, tmp_path):
+    """decode.min_len carried as min_new_tokens: greedy through generate equals mt's greedy on lines a
+    model that ends its hypotheses ends early (eos banned before the minimum in both; argmax does not
+    see where), and each is that long."""
+    lines = toy["test"][0][:20]
+    decode = DecodeConfig(beam=1)
+
+    def pieces(cfg: DecodeConfig) -> list[list[int]]:  # each line's pieces as mt's search wrote them
+        return [h[0].tokens for h in search_lines(SearchRequest(trained_model, tokenizer, lines), cfg)]
+
+    at_least = min(map(len, pieces(decode))) + 3
+    longer = dataclasses.replace(decode, min_len=at_least)
+    write_model(
+        trained_model, tokenizer, generation_config(longer, trained_model.cfg.max_positions), tmp_path
+    )
+    model, theirs_tokenizer = reloaded(tmp_path)
+    assert model.generation_config.min_new_tokens == at_least
+    theirs = []
+    for line in lines:  # at mt's own length limit a * S + b for it, as generate has none of its own
+        batch = theirs_tokenizer([line], return_tensors="pt")
+        limit = int(decode.max_len_a * batch["input_ids"].size(1) + decode.max_len_b)
+        with torch.no_grad():
+            out = model.generate(**batch, max_new_tokens=limit)
+        theirs.append([t for t in out[0].tolist()[1:] if t not in (EOS, PAD)])
+    ours = pieces(longer)
+    assert theirs == ours
+    assert min(map(len, ours)) >= at_least > min(map(len, pieces(decode)))
 
 
 def test_the_export_holds_weights_config_generation_tokenizer_and_card(exported):
@@ -237,7 +266,7 @@ def test_the_export_carries_the_tuned_beam_and_the_penalty_that_ranks_as_mts(tun
     assert generation["length_penalty"] == matched["penalty"] and matched["mt"] == 1.5
     mine = Translator.from_run(run, device="cpu")
     src = load_split(mine.config.data, "val")[0]
-    beams = search_lines(mine.model, mine.tokenizer, src, mine.options(n_best=3), max_source_pieces=64)
+    beams = search_lines(SearchRequest(mine.model, mine.tokenizer, src, max_len=64), mine.options(n_best=3))
     agree = {a: sum(hyps_agree(hyps, a) for hyps in beams) for a in HF_PENALTIES}
     assert (matched["lines"], matched["of"]) == (agree[matched["penalty"]], len(src))
     assert matched["lines"] == max(agree.values())
@@ -293,9 +322,9 @@ def scripted_search(monkeypatch) -> list:
     """mt's beam replaced by SCRIPTED's beams, line by line in turn; returns the decodings it was asked."""
     asked = []
 
-    def search(searcher, tokenizer, lines, decode, max_source_pieces):
+    def search(request, decode):
         asked.append(decode)
-        return [SCRIPTED[i % 2] for i in range(len(lines))]
+        return [SCRIPTED[i % 2] for i in range(len(request.lines))]
 
     monkeypatch.setattr("mt.hf.generation.search_lines", search)
     return asked
@@ -311,13 +340,15 @@ def test_transformers_formula_counts_eos_in_a_finished_hypothesis_only():
 def test_the_matched_penalty_is_the_most_agreeing_one_nearest_mts(monkeypatch, mt_penalty, matched):
     asked = scripted_search(monkeypatch)
     decode = DecodeConfig(beam=2, length_penalty=mt_penalty)
-    assert matched_length_penalty(None, None, ["a", "b"] * 3, decode, 64) == (matched, 6)
+    assert matched_length_penalty(SearchRequest(None, None, ["a", "b"] * 3, 64), decode) == (matched, 6)
     assert [d.n_best for d in asked] == [2]  # mt's whole beam, its 1-best first
 
 
 def test_matching_on_a_model_that_ends_hypotheses(trained_model, tokenizer, toy):
     src, decode = toy["val"][0][:40], DecodeConfig(beam=3, length_penalty=1.5)
-    beams = search_lines(trained_model, tokenizer, src, dataclasses.replace(decode, n_best=3), 64)
+    beams = search_lines(
+        SearchRequest(trained_model, tokenizer, src), dataclasses.replace(decode, n_best=3), use_cache=64
+    )
     assert all(h.ended for hyps in beams for h in hyps)
     assert len({len(h.tokens) for hyps in beams for h in hyps}) > 5
 
@@ -331,7 +362,7 @@ def test_matching_on_a_model_that_ends_hypotheses(trained_model, tokenizer, toy)
     assert len(set(counts.values())) > 1  # the penalties are told apart here
     most = max(counts.values())
     nearest = min((a for a in HF_PENALTIES if counts[a] == most), key=lambda a: abs(a - 1.5))
-    assert matched_length_penalty(trained_model, tokenizer, src, decode, 64) == (nearest, most)
+    assert matched_length_penalty(SearchRequest(trained_model, tokenizer, src, 64), decode) == (nearest, most)
 
 
 def test_the_matched_penalty_is_the_one_the_folder_carries(tuned_export, monkeypatch, tmp_path):

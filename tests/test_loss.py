@@ -1,4 +1,4 @@
-"""mt/loss.py: the label-smoothed loss against a hand computation and torch's cross entropy (values
+"""mt/training/loss.py: the label-smoothed loss against a hand computation and torch's cross entropy (values
 and gradients), with padding contributing nothing."""
 
 import math
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from mt.config import PAD
-from mt.loss import label_smoothed_loss
+from mt.training.loss import label_smoothed_loss
 
 
 def test_loss_matches_hand_computation():
@@ -53,7 +53,7 @@ def test_loss_and_gradient_match_torch_cross_entropy(epsilon):
 def test_bf16_logits_are_read_in_fp32_without_a_whole_copy(monkeypatch, chunk):
     """Logits from autocast (bf16) give the fp32 loss of the same (rounded) values, and a gradient in
     bf16 equal to fp32's rounded; however many chunks the rows are read in."""
-    monkeypatch.setattr("mt.loss.LOGITS_IN_FP32_AT_ONCE", chunk)
+    monkeypatch.setattr("mt.training.loss.LOGITS_IN_FP32_AT_ONCE", chunk)
     torch.manual_seed(0)
     half = (3 * torch.randn(30, 11)).bfloat16().requires_grad_()
     full = half.detach().float().requires_grad_()

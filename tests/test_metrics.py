@@ -1,4 +1,4 @@
-"""mt/metrics.py: the one list of metrics, each scored with a signature."""
+"""mt/plumbing/metrics.py: the one list of metrics, each scored with a signature."""
 
 import json
 import os
@@ -10,8 +10,8 @@ import pytest
 import sacrebleu
 from conftest import metrics, table
 
-from mt.metrics import METRICS, corpus_scores
 from mt.plumbing.errors import ConfigError
+from mt.plumbing.metrics import METRICS, corpus_scores
 from mt.plumbing.script import bleu_tokenizer, signature_tokenizer
 from mt.run.card import read_card
 
@@ -89,10 +89,10 @@ def test_chinese_bleu_counts_characters_where_13a_sees_one_word_a_sentence():
 def test_a_new_lower_is_better_primary_metric_is_validated_carded_tuned_on_reported_and_plotted(
     tiny, tmp_path
 ):
-    """tests/metric_driver.py adds a throwaway metric to mt.metrics's table, lower better, and makes it
-    PRIMARY: training validates it and keeps its lowest as best, the card and metrics.jsonl hold it
-    (checked by their records), `mt tune` chooses by it, `mt report` stars its lowest and tests it, and
-    the curves plot it. Nothing else of mt changes for it."""
+    """tests/metric_driver.py adds a throwaway metric to mt.plumbing.metrics's table, lower better, and makes
+    it PRIMARY: training validates it and keeps its lowest as best, the card and metrics.jsonl hold it
+    (checked by their records), `mt tune` chooses by it, `mt report` stars its lowest and tests it,
+    and the curves plot it. Nothing else of mt changes for it."""
     run = tmp_path / "run"
     sets = [
         "train.max_steps=30",

@@ -23,7 +23,7 @@ from mt.training.corpus import learn_tokenizer
 from mt.training.step import batch_loss
 from mt.training.train import train
 from mt.training.validation import make_validation
-from mt.translate import search_lines
+from mt.translate import SearchRequest, search_lines
 from mt.translator import Translator
 
 SOURCES = ["ein Hund läuft im Park .", "zwei Männer", "eine Frau sitzt auf einer Bank ."]
@@ -211,10 +211,10 @@ def test_a_target_layer_run_trains_translates_and_resumes(target_run):
     lines = TARGET_LINES
     for beam in (1, 3):  # greedy and the beam write only the layer's pieces
         found = search_lines(
-            translator.model, translator.tokenizer, lines, DecodeConfig(beam=beam, n_best=beam)
+            SearchRequest(translator.model, translator.tokenizer, lines), DecodeConfig(beam=beam, n_best=beam)
         )
         assert {t for hyps in found for h in hyps for t in h.tokens} <= set(ids.tolist())
-    greedy = search_lines(translator.model, translator.tokenizer, lines, DecodeConfig(beam=1))
+    greedy = search_lines(SearchRequest(translator.model, translator.tokenizer, lines), DecodeConfig(beam=1))
     assert translator.translate(lines, beam=1) == translator.tokenizer.decode([h[0].tokens for h in greedy])
     prefixes = prefixes_outside(translator, ids)
     led = translator.translate(lines, prefixes=prefixes, beam=3)

@@ -6,12 +6,12 @@ import torch
 from mt.batching import Pairs
 from mt.config import ModelConfig, TrainConfig
 from mt.decode_config import DecodeConfig
-from mt.metrics import corpus_scores
 from mt.model import Seq2Seq
+from mt.plumbing.metrics import corpus_scores
 from mt.training.bpe import train_tokenizer
 from mt.training.epochs import BatchStream
 from mt.training.step import inverse_sqrt_lr, train_step
-from mt.translate import translate_lines
+from mt.translate import SearchRequest, translate_lines
 
 
 @pytest.mark.slow
@@ -30,5 +30,5 @@ def test_overfit_100_toy_pairs(toy):
         stats = train_step(model, optimizer, batches, no_smoothing, inverse_sqrt_lr(step, 3e-3, 50))
     assert stats.stepped and stats.target_tokens == batches[0].ntokens
     assert stats.nll / stats.target_tokens < 0.05
-    hyps = translate_lines(model, tokenizer, src, DecodeConfig())
+    hyps = translate_lines(SearchRequest(model, tokenizer, src), DecodeConfig())
     assert corpus_scores(hyps, tgt, tokenize="13a")["bleu"] > 90

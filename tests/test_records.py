@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from mt.metrics import BEST_METRICS, BY_KEY
+from mt.plumbing.metrics import BEST_METRICS, BY_KEY
 from mt.plumbing.schema import build
 from mt.run.progress import Checkpoint, Progress, current_progress
 from mt.run.records import Card, Result, Training, metrics_row_problem, problem
@@ -55,7 +55,7 @@ def test_best_metric_decides_what_improves(metric, expected, best):
 
 
 def test_a_metric_with_lower_is_better_picks_the_lowest(monkeypatch):
-    """best_metric follows each metric's direction (mt.metrics), not "higher" for every score."""
+    """best_metric follows each metric's direction (mt.plumbing.metrics), not "higher" for every score."""
     lower = dataclasses.replace(BY_KEY["chrf"], higher_is_better=False)
     monkeypatch.setitem(BY_KEY, "chrf", lower)
     progress = Progress()

@@ -10,8 +10,8 @@ import torch
 
 from mt.batching import make_batch
 from mt.config import ModelConfig
-from mt.loss import label_smoothed_loss
 from mt.model import Seq2Seq
+from mt.training.loss import label_smoothed_loss
 from mt.training.step import batch_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))

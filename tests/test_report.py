@@ -11,8 +11,8 @@ from sacrebleu.significance import PairedTest
 
 from mt.cli import main
 from mt.evaluate import evaluate_run
-from mt.metrics import METRICS
 from mt.plumbing.errors import ConfigError
+from mt.plumbing.metrics import METRICS
 from mt.report.curves import plot_curves
 from mt.report.markdown import _p, _run_line, _verdict, write_report
 from mt.report.runs import Run, load_runs

@@ -18,7 +18,7 @@ from conftest import ODD, expected, make_worker  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from mt.cli import main  # noqa: E402
-from mt.metrics import HEADLINE  # noqa: E402
+from mt.plumbing.metrics import HEADLINE  # noqa: E402
 from mt.serving.app import create_app, server_info  # noqa: E402
 from mt.serving.worker import Job  # noqa: E402
 
@@ -181,7 +181,7 @@ LIMITS = [  # (body, status, error, name): every refusal, with the limits of the
         {"lines": ["a"], "colour": 2},
         422,
         "colour: unknown option; the options are lines, beam, n_best, length_penalty, max_len_a, max_len_b, "
-        "no_repeat_ngram, sample, temperature, seed, mbr, mbr_samples, mbr_temperature, rerank, "
+        "no_repeat_ngram, min_len, sample, temperature, seed, mbr, mbr_samples, mbr_temperature, rerank, "
         "rerank_weight, split_sentences, prefixes, alignments",
         ("option", "colour"),
     ),

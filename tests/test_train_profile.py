@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import mt.loss
 import mt.model
+import mt.training.loss
 from mt.batching import make_batch
 from mt.config import ModelConfig, TrainConfig
 from mt.model import Seq2Seq
@@ -31,7 +31,7 @@ from train_profile import FAMILIES, family_of, labelled, op_families, outermost_
         ("aten::layer_norm", "norms"),
         ("autograd::engine::evaluate_function: NativeLayerNormBackward0", "norms"),
         ("autograd::engine::evaluate_function: _SmoothedCrossEntropyBackward", "loss"),
-        ("mt.loss", "loss"),
+        ("mt.training.loss", "loss"),
         ("mt.dropout", "dropout"),
         ("mt.grad_clip", "grad clip"),
         ("Optimizer.step#Adam.step", "optimizer"),
@@ -81,11 +81,15 @@ def test_a_profiled_update_is_shared_out_whole():
     assert list(shares) == FAMILIES
     assert sum(shares.values()) == pytest.approx(1.0, abs=0.02)
     assert all(shares[f] > 0 for f in ("matmul", "attention", "norms", "loss", "dropout", "optimizer"))
-    originals = (mt.model.Dropout.forward, mt.loss.label_smoothed_loss, torch.nn.utils.clip_grad_norm_)
+    originals = (
+        mt.model.Dropout.forward,
+        mt.training.loss.label_smoothed_loss,
+        torch.nn.utils.clip_grad_norm_,
+    )
     with labelled():
         assert mt.model.Dropout.forward is not originals[0]
     assert (
         mt.model.Dropout.forward,
-        mt.loss.label_smoothed_loss,
+        mt.training.loss.label_smoothed_loss,
         torch.nn.utils.clip_grad_norm_,
     ) == originals

@@ -19,16 +19,16 @@ from mt.cli import main
 from mt.config import EOS, ModelConfig
 from mt.decode import Hypothesis
 from mt.decode_config import DecodeConfig
-from mt.metrics import corpus_scores
+from mt.plumbing.metrics import corpus_scores
 from mt.rescoring.score import score_pairs
-from mt.translate import search_lines, split_pieces, translate_lines, translate_nbest
+from mt.translate import SearchRequest, search_lines, split_pieces, translate_lines, translate_nbest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_translate_keeps_one_line_per_input_line(text_model, tokenizer):
     lines = ["Der Hund sieht die Katze.", "", "   ", "Die Frau liest.", "", "Ein Kind lacht."]
-    out = translate_lines(text_model, tokenizer, lines, DecodeConfig(batch_tokens=32))
+    out = translate_lines(SearchRequest(text_model, tokenizer, lines), DecodeConfig(batch_tokens=32))
     assert len(out) == len(lines)
     assert out[1] == out[2] == out[4] == ""
     assert all("\n" not in line for line in out)
@@ -37,9 +37,15 @@ def test_translate_keeps_one_line_per_input_line(text_model, tokenizer):
 @pytest.mark.parametrize("beam", [1, 3])
 def test_translate_restores_input_order(any_model, tokenizer, toy, beam):
     lines = toy["test"][0][:20]
-    forward = translate_lines(any_model, tokenizer, lines, DecodeConfig(beam=beam, batch_tokens=64))
-    backward = translate_lines(any_model, tokenizer, lines[::-1], DecodeConfig(beam=beam, batch_tokens=64))
-    one_batch = translate_lines(any_model, tokenizer, lines, DecodeConfig(beam=beam, batch_tokens=100_000))
+    forward = translate_lines(
+        SearchRequest(any_model, tokenizer, lines), DecodeConfig(beam=beam, batch_tokens=64)
+    )
+    backward = translate_lines(
+        SearchRequest(any_model, tokenizer, lines[::-1]), DecodeConfig(beam=beam, batch_tokens=64)
+    )
+    one_batch = translate_lines(
+        SearchRequest(any_model, tokenizer, lines), DecodeConfig(beam=beam, batch_tokens=100_000)
+    )
     assert forward == backward[::-1] == one_batch
 
 
@@ -110,7 +116,7 @@ def test_a_line_in_parts_is_their_translations_joined_and_ended_as_its_last_part
     parts' pieces and summed scores, and it ends (eos written) where its last part does, whatever the
     earlier parts did."""
     lines = ["1 1 1 2 2", "2 2 2 1 1", "1 1", "1 3 5 7 2 4 6"]
-    found = search_lines(EchoEngine(), PiecesAsNumbers(), lines, DecodeConfig())
+    found = search_lines(SearchRequest(EchoEngine(), PiecesAsNumbers(), lines), DecodeConfig())
     assert [h for hyps in found for h in hyps] == [
         Hypothesis([1, 1, 1, 2, 2], -5.0, -10.0, False),
         Hypothesis([2, 2, 2, 1, 1], -5.0, -10.0, True),
@@ -212,7 +218,7 @@ def test_lowercased_bleu_ignores_case_and_cased_bleu_does_not():
 def test_scores_equal_the_n_best_scores_of_the_same_hypotheses(trained_model, tokenizer, toy):
     cfg = DecodeConfig(beam=4, n_best=3, length_penalty=0.8)
     src = tokenizer.encode(toy["test"][0][:40])
-    found = search_lines(trained_model, tokenizer, toy["test"][0][:40], cfg)
+    found = search_lines(SearchRequest(trained_model, tokenizer, toy["test"][0][:40]), cfg)
     pairs = [(s, h) for s, hyps in zip(src, found) for h in hyps]
     scored = score_pairs(trained_model, [s for s, _ in pairs], [h.tokens for _, h in pairs], cfg)
     # a hypothesis cut at its length limit (1.5 S + 10, S with eos) has no eos, which scoring adds
@@ -261,11 +267,11 @@ def test_a_forced_prefix_starts_every_translation_and_an_empty_one_changes_nothi
 ):
     lines, cfg = toy["test"][0][:24], DecodeConfig(beam=beam, n_best=beam)
     prefixes = ["the dog", "", "a"] * 8
-    forced = search_lines(any_model, tokenizer, lines, cfg, prefixes=prefixes)
+    forced = search_lines(SearchRequest(any_model, tokenizer, lines, prefixes=prefixes), cfg)
     for prefix, hyps in zip(tokenizer.encode(prefixes), forced):
         assert all(h.tokens[: len(prefix)] == prefix for h in hyps)
-    plain = search_lines(any_model, tokenizer, lines, cfg)
-    assert search_lines(any_model, tokenizer, lines, cfg, prefixes=[""] * 24) == plain
+    plain = search_lines(SearchRequest(any_model, tokenizer, lines), cfg)
+    assert search_lines(SearchRequest(any_model, tokenizer, lines, prefixes=[""] * 24), cfg) == plain
     # lines without a prefix, batched beside forced ones: the same hypotheses, scores within float
     # rounding (the batch shrinks at other steps, so its matrix products have other shapes)
     for f, h in ((f, h) for f, h, p in zip(forced, plain, prefixes) if not p):
@@ -281,18 +287,20 @@ def test_a_prefix_starts_the_translation_as_written_whatever_the_vocabulary_lack
     prefixes = ["Ωmega Zürich", "  the dog ", ""]  # Ω, Z and ü are no toy pieces: they decode as ⁇
     assert "⁇" in tokenizer.decode(tokenizer.encode(prefixes[:1]))[0]
     cfg = DecodeConfig(beam=beam, n_best=beam)
-    best = translate_lines(trained_model, tokenizer, lines, cfg, prefixes=prefixes)
+    best = translate_lines(SearchRequest(trained_model, tokenizer, lines, prefixes=prefixes), cfg)
     assert best[0].startswith("Ωmega Zürich") and best[1].startswith("the dog") and "⁇" not in best[0]
-    assert best[2] == translate_lines(trained_model, tokenizer, lines[2:], cfg)[0]
+    assert best[2] == translate_lines(SearchRequest(trained_model, tokenizer, lines[2:]), cfg)[0]
     for line, prefix in zip(
-        translate_nbest(trained_model, tokenizer, lines, cfg, prefixes=prefixes), prefixes
+        translate_nbest(SearchRequest(trained_model, tokenizer, lines, prefixes=prefixes), cfg), prefixes
     ):
         assert all(text.startswith(prefix.strip()) for text, _ in line) and len(line) == beam
 
 
 def test_a_forced_prefix_keeps_true_log_probabilities(trained_model, tokenizer, toy):
     lines = toy["test"][0][:16]
-    (found,) = zip(*search_lines(trained_model, tokenizer, lines, DecodeConfig(), prefixes=["the"] * 16))
+    (found,) = zip(
+        *search_lines(SearchRequest(trained_model, tokenizer, lines, prefixes=["the"] * 16), DecodeConfig())
+    )
     scored = score_pairs(trained_model, tokenizer.encode(lines), [h.tokens for h in found], DecodeConfig())
     limits = [int(1.5 * (len(src) + 1) + 10) for src in tokenizer.encode(lines)]
     ended = [(h, s) for h, s, limit in zip(found, scored, limits) if len(h.tokens) < limit]  # with eos

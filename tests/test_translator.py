@@ -16,7 +16,7 @@ from conftest import ODD, ROOT, run_main
 from mt.attention import line_alignments
 from mt.plumbing.errors import ConfigError, RunDirError
 from mt.run.folder import load_run
-from mt.translate import translate_nbest
+from mt.translate import SearchRequest, translate_nbest
 from mt.translator import Translator
 
 LINES = ODD + ["Der Hund sieht die Katze .", "Die Katze schläft .", "Ein Mann läuft ."]
@@ -27,7 +27,7 @@ def searched(run, lines: list[str], **options) -> list[list[tuple[str, float]]]:
     through the Translator: what the API and the commands must give."""
     cfg, tokenizer, model = load_run(run)
     decode = dataclasses.replace(cfg.decode, **options)
-    return translate_nbest(model, tokenizer, lines, decode, max_source_pieces=cfg.data.max_len)
+    return translate_nbest(SearchRequest(model, tokenizer, lines, max_len=cfg.data.max_len), decode)
 
 
 def test_import_mt_imports_no_torch_until_the_api_is_asked_for():
@@ -257,7 +257,8 @@ KEYWORDS = [
     (
         lambda t: t.options(xyz=1),
         "xyz: not a decoding option; the options are beam, n_best, length_penalty, max_len_a, max_len_b, "
-        "no_repeat_ngram, batch_tokens, engine, compute_type, sample, temperature, seed, mbr, mbr_samples, "
+        "no_repeat_ngram, min_len, batch_tokens, engine, compute_type, sample, temperature, seed, mbr, "
+        "mbr_samples, "
         "mbr_temperature, rerank, rerank_weight, split_sentences",
         "xyz",
     ),

@@ -2,6 +2,7 @@
 choose the beam and length penalty on val, write them into the card's `tuning` (their one home), and
 every way of opening the run translates with them unless told otherwise."""
 
+import dataclasses
 import json
 import shutil
 
@@ -16,6 +17,7 @@ from mt.data import load_split
 from mt.plumbing.errors import ConfigError
 from mt.run.card import card_tuning
 from mt.run.folder import result_name
+from mt.run.records import Tried
 from mt.serving.limits import ServeLimits
 from mt.serving.worker import Worker
 from mt.training.train import train
@@ -43,7 +45,9 @@ def test_the_grids_beams_govern_the_pools_that_mbr_and_reranking_choose_among(ca
 
 
 def test_the_best_setting_is_the_highest_bleu_and_on_a_tie_the_cheaper_one():
-    row = lambda beam, alpha, bleu: {"beam": beam, "length_penalty": alpha, "bleu": bleu}  # noqa: E731
+    def row(beam: int, alpha: float, bleu: float) -> Tried:
+        return Tried(beam=beam, length_penalty=alpha, bleu=bleu, chrf=50.0, length_ratio=1.0)
+
     assert best_setting([row(1, 1.0, 30.0), row(5, 2.0, 31.5), row(3, 1.0, 31.0)]) == row(5, 2.0, 31.5)
     assert best_setting([row(5, 1.0, 31.0), row(3, 2.0, 31.0), row(3, 1.5, 31.0)]) == row(3, 1.5, 31.0)
 
@@ -74,7 +78,8 @@ def test_tune_scores_each_setting_as_sacrebleu_does_and_the_run_then_decodes_wit
         assert tried["bleu"] == round(bleu.score, 2)
         assert tried["length_ratio"] == round(bleu.sys_len / bleu.ref_len, 4)
     chosen = tuning["chosen"]
-    assert chosen == best_setting(tuning["tried"]) and chosen["beam"] > 1
+    assert chosen == dataclasses.asdict(best_setting([Tried(**t) for t in tuning["tried"]]))
+    assert chosen["beam"] > 1
     config = (run / "config.yaml").read_text()
     assert config == (learned / "config.yaml").read_text()  # one writer of the tuned decoding: the card
     assert json.loads((run / "card.json").read_text())["tuning"]["chosen"] == chosen

@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_validation_decodes_with_valid_beam_whatever_decode_says(tmp_path, tiny, monkeypatch):
     real, seen = mt.training.validation.translate_lines, []
 
-    def spy(model, tokenizer, lines, cfg, max_source_pieces=None):
+    def spy(request, cfg):
         seen.append(cfg)
-        return real(model, tokenizer, lines, cfg, max_source_pieces)
+        return real(request, cfg)
 
     monkeypatch.setattr(mt.training.validation, "translate_lines", spy)
     overrides = tiny + [

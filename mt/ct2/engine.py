@@ -42,6 +42,7 @@ DECODE_FIELDS = {
     "max_len_a": ByMt("max_decoding_length, each line's own limit cut by mt (_cut)"),
     "max_len_b": ByMt("max_decoding_length, each line's own limit cut by mt (_cut)"),
     "no_repeat_ngram": Carried("no_repeat_ngram_size", lambda cfg: cfg.no_repeat_ngram),
+    "min_len": Carried("min_decoding_length", lambda cfg: cfg.min_len),
     "batch_tokens": ByMt("mt's batches (translate.search_lines)"),
     "engine": ByMt("this engine"),
     "compute_type": Carried("compute_type", lambda cfg: cfg.compute_type, "load"),
@@ -151,7 +152,6 @@ class Ct2Model:
             return_scores=scored,
             return_end_token=True,
             max_input_length=0,
-            min_decoding_length=0,
             max_decoding_length=max(limits),
             **carried(cfg, DECODE_FIELDS, "search"),
         )

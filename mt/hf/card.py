@@ -11,26 +11,15 @@ machine it was made on.
 
 from __future__ import annotations
 
-import json
-import logging
-import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from mt.config import DataConfig, RunConfig, config_to_dict, save_config
-from mt.data import load_split
-from mt.hf.export import export_hf, refuse_existing, refuse_unmapped, transformers_modules
-from mt.hf.generation import caveats, generation_config, matched_length_penalty
-from mt.metrics import HEADLINE, corpus_scores
-from mt.model import Seq2Seq
-from mt.plumbing.errors import ConfigError, DataError
+from mt.config import RunConfig, config_to_dict
+from mt.hf.generation import transformers_modules
 from mt.plumbing.files import write_text
+from mt.plumbing.metrics import HEADLINE, corpus_scores
 from mt.run.card import read_card
-from mt.tokenizer import Tokenizer
-
-log = logging.getLogger(__name__)
 
 BATCH = 32  # sentences a generate call, sorted by length (padding changes no translation)
 MULTI30K_TERMS = (
@@ -163,54 +152,6 @@ def training_lines(card: dict, data: dict) -> list[str]:
     ]
 
 
-def readable_split(cfg: DataConfig, split: str, scoring: bool) -> tuple[list[str], list[str]] | None:
-    """(sources, references) of the run's `split`, or None where they cannot be read here (the corpus
-    is elsewhere): the export is still written, and where `scoring` its card says it holds no scores."""
-    try:
-        return load_split(cfg, split)
-    except (DataError, ConfigError) as e:
-        if scoring:
-            log.warning("%s split not read (%s): the model card will hold no scores", split, e)
-        return None
-
-
-def export_run(
-    run: Path, config: RunConfig, tokenizer: Tokenizer, model: Seq2Seq, folder: Path, score: bool = False
-) -> Path:
-    """`mt export --format hf` of an opened run into `folder`, refused in one line first where `folder`
-    exists or the model cannot be exported: the run's decoding (config.decode, as `mt tune` chose it)
-    in generation_config.json, with its card, mt_config.yaml and mt_export.json (what was decided, for
-    scripts). With `score` (minutes on Multi30k), its length penalty matched in Transformers' formula
-    on val by mt's beam, and the written folder scored by its own generate on test."""
-    refuse_existing(folder)
-    refuse_unmapped(model.cfg)
-    val, test = (readable_split(config.data, split, score) for split in ("val", "test"))
-    decode, exported = config.decode, {"scored": score, "matched": None, "scores": None}
-    if score and val and decode.beam > 1:
-        exported["matched"] = matched(model, tokenizer, val[0], decode, config.data.max_len)
-        decode = replace(decode, length_penalty=exported["matched"]["penalty"])
-    exported["generation"] = generation_config(decode, model.cfg.max_positions)
-    exported["caveats"] = caveats(config.decode, model.cfg.max_positions)
-    exported["example"] = next((line for split in (test, val) if split for line in split[0] if line), "")
-
-    def finish(part: Path) -> None:
-        if score and test:
-            exported["scores"] = generated_scores(part, "test", *test, config.bleu_tokenize)
-        if (run / "config.yaml").is_file():  # as trained: `mt tune` chose its decoding after
-            shutil.copyfile(run / "config.yaml", part / "mt_config.yaml")
-        else:
-            save_config(config, part / "mt_config.yaml")
-        card = model_card(run, config_to_dict(config), read_card(run), exported)
-        write_text(part / "README.md", card)
-        write_text(part / "mt_export.json", json.dumps(exported, indent=1) + "\n")
-
-    export_hf(model, tokenizer, exported["generation"], folder, finish)
-    return folder
-
-
-def matched(model: Seq2Seq, tokenizer: Tokenizer, lines: list[str], decode, max_source: int) -> dict:
-    """mt_export.json's `matched`: the penalty of Transformers' formula that ranks mt's beam's
-    hypotheses of `lines` (val) as mt's `decode` does on the most lines (mt.hf.generation), mt's own,
-    and on how many of how many lines it does."""
-    penalty, agree = matched_length_penalty(model, tokenizer, lines, decode, max_source)
-    return {"penalty": penalty, "mt": decode.length_penalty, "lines": agree, "of": len(lines)}
+def write_card(part: Path, run: Path, config: RunConfig, exported: dict) -> None:
+    """The folder's README.md: the model card of `run` as exported (`exported`: mt_export.json's record)."""
+    write_text(part / "README.md", model_card(run, config_to_dict(config), read_card(run), exported))

@@ -23,18 +23,27 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from mt.config import BOS, EOS, PAD, UNK, ModelConfig
+from mt.config import BOS, EOS, PAD, UNK, DataConfig, ModelConfig, RunConfig, save_config
+from mt.data import load_split
+from mt.decode_config import DecodeConfig
+from mt.hf.card import generated_scores, write_card
+from mt.hf.generation import caveats, generation_config, matched_length_penalty, transformers_modules
 from mt.model import Seq2Seq
 from mt.plumbing.engine_fields import ByMt, Unsupported, first_unmapped
-from mt.plumbing.errors import ConfigError, RunDirError
+from mt.plumbing.errors import ConfigError, DataError, RunDirError
+from mt.plumbing.files import write_text
 from mt.tokenizer import Tokenizer
+from mt.translate import SearchRequest
+
+log = logging.getLogger(__name__)
 
 # How Transformers follows each ModelConfig field (`refuse_unmapped` refuses the others in one line)
 MODEL_FIELDS = {
@@ -52,15 +61,6 @@ MODEL_FIELDS = {
     "max_positions": ByMt("max_position_embeddings"),
     "output_pieces": ByMt("target: final_logits_bias, the lowest float on the pieces outside the layer"),
 }
-
-
-def transformers_modules():
-    """transformers, or a one-line ConfigError saying how to install it."""
-    try:
-        import transformers
-    except ImportError:
-        raise ConfigError("--format hf needs Transformers: pip install -e '.[hf]'", "format") from None
-    return transformers
 
 
 def refuse_unmapped(cfg: ModelConfig) -> None:
@@ -220,22 +220,76 @@ def refuse_existing(folder: Path) -> None:
         raise RunDirError(f"{folder}: already exists; remove it or give another --out")
 
 
-def export_hf(model: Seq2Seq, tokenizer: Tokenizer, generation: dict, folder: Path, finish: Callable) -> None:
-    """Write the Transformers directory `folder` (which must not exist): weights as safetensors, config,
-    generation_config.json (`generation`: mt.hf.generation) and tokenizer files, then `finish(part)`'s
-    (mt.hf.card: the model card, scored by the written folder where asked). Written to a sibling folder
-    first and renamed, so that a failed export leaves nothing."""
+def readable_split(cfg: DataConfig, split: str, scoring: bool) -> tuple[list[str], list[str]] | None:
+    """(sources, references) of the run's `split`, or None where they cannot be read here (the corpus
+    is elsewhere): the export is still written, and where `scoring` its card says it holds no scores."""
+    try:
+        return load_split(cfg, split)
+    except (DataError, ConfigError) as e:
+        if scoring:
+            log.warning("%s split not read (%s): the model card will hold no scores", split, e)
+        return None
+
+
+def export_run(
+    run: Path, config: RunConfig, tokenizer: Tokenizer, model: Seq2Seq, folder: Path, score: bool = False
+) -> Path:
+    """`mt export --format hf` of an opened run into `folder`, refused in one line first where `folder`
+    exists or the model cannot be exported: the run's decoding (config.decode, as `mt tune` chose it)
+    in generation_config.json, with its card (mt.hf.card), mt_config.yaml and mt_export.json (what was
+    decided, for scripts). With `score` (minutes on Multi30k), its length penalty matched in
+    Transformers' formula on val by mt's beam, and the written folder scored by its own generate on
+    test. Written to a sibling folder first and renamed, so that a failed export leaves nothing."""
     refuse_existing(folder)
-    hf = hf_model(model)
+    refuse_unmapped(model.cfg)
+    val, test = (readable_split(config.data, split, score) for split in ("val", "test"))
+    exported = decided(model, tokenizer, config, score, val)
+    exported["example"] = next((line for split in (test, val) if split for line in split[0] if line), "")
     part = folder.with_name(folder.name + ".part")
     shutil.rmtree(part, ignore_errors=True)
     try:
-        hf.generation_config = transformers_modules().GenerationConfig(**generation)
-        hf.save_pretrained(part, safe_serialization=True)
-        write_tokenizer(tokenizer, part, model.cfg.max_positions)
-        finish(part)
+        write_model(model, tokenizer, exported["generation"], part)
+        if score and test:
+            exported["scores"] = generated_scores(part, "test", *test, config.bleu_tokenize)
+        if (run / "config.yaml").is_file():  # as trained: `mt tune` chose its decoding after
+            shutil.copyfile(run / "config.yaml", part / "mt_config.yaml")
+        else:
+            save_config(config, part / "mt_config.yaml")
+        write_card(part, run, config, exported)
+        write_text(part / "mt_export.json", json.dumps(exported, indent=1) + "\n")
         readable(part)
         part.rename(folder)
     except BaseException:
         shutil.rmtree(part, ignore_errors=True)
         raise
+    return folder
+
+
+def decided(model: Seq2Seq, tokenizer: Tokenizer, config: RunConfig, score: bool, val: tuple | None) -> dict:
+    """mt_export.json's record of what the export decides: the generation config of the run's decoding
+    (with `score`, its length penalty matched on `val` by mt's beam where val was read: `matched`) and
+    its caveats."""
+    decode, exported = config.decode, {"scored": score, "matched": None, "scores": None}
+    if score and val and decode.beam > 1:
+        exported["matched"] = matched(SearchRequest(model, tokenizer, val[0], config.data.max_len), decode)
+        decode = replace(decode, length_penalty=exported["matched"]["penalty"])
+    exported["generation"] = generation_config(decode, model.cfg.max_positions)
+    exported["caveats"] = caveats(config.decode, model.cfg.max_positions)
+    return exported
+
+
+def matched(request: SearchRequest, decode: DecodeConfig) -> dict:
+    """mt_export.json's `matched`: the penalty of Transformers' formula that ranks mt's beam's
+    hypotheses of the request's lines (val) as mt's `decode` does on the most lines (mt.hf.generation),
+    mt's own, and on how many of how many lines it does."""
+    penalty, agree = matched_length_penalty(request, decode)
+    return {"penalty": penalty, "mt": decode.length_penalty, "lines": agree, "of": len(request.lines)}
+
+
+def write_model(model: Seq2Seq, tokenizer: Tokenizer, generation: dict, part: Path) -> None:
+    """The Transformers files into `part`: weights as safetensors, config, generation_config.json
+    (`generation`: mt.hf.generation) and tokenizer files."""
+    hf = hf_model(model)
+    hf.generation_config = transformers_modules().GenerationConfig(**generation)
+    hf.save_pretrained(part, safe_serialization=True)
+    write_tokenizer(tokenizer, part, model.cfg.max_positions)

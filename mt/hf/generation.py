@@ -20,8 +20,10 @@ from pathlib import PurePath
 from mt.config import BOS, EOS, PAD
 from mt.decode_config import DecodeConfig
 from mt.plumbing.engine_fields import Approximated, ByMt, Carried, Unsupported, carried, set_fields
+from mt.plumbing.errors import ConfigError
+from mt.plumbing.schema import fields_of
 from mt.run.names import reverse_runs
-from mt.translate import search_lines
+from mt.translate import SearchRequest, search_lines
 
 AT = "generate"  # the call that the table's entries carry arguments to: generation_config.json's
 CHOOSES_AFTER = (
@@ -31,8 +33,62 @@ CHOOSES_AFTER = (
 HF_PENALTIES = tuple(round(0.05 * k, 2) for k in range(61))
 
 
+def transformers_modules():
+    """transformers, or a one-line ConfigError saying how to install it."""
+    try:
+        import transformers
+    except ImportError:
+        raise ConfigError("--format hf needs Transformers: pip install -e '.[hf]'", "format") from None
+    return transformers
+
+
+# How Transformers' generate follows each DecodeConfig field but the length limit's (`decode_fields`)
+GENERATE_FIELDS = {
+    "beam": Carried("num_beams", lambda d: d.beam, AT),
+    "n_best": Unsupported("generate gives one translation a line unless asked num_return_sequences"),
+    "length_penalty": Approximated(
+        "length_penalty",
+        lambda d: d.length_penalty if d.beam > 1 else None,
+        AT,
+        "Transformers divides a beam's log-probability by length ** penalty where mt divides by "
+        "((5 + length) / 6) ** penalty: the penalty carried is matched on val where the export was "
+        "made with --score and could read val (below), else mt's own",
+    ),
+    "no_repeat_ngram": Approximated(
+        "no_repeat_ngram_size",
+        lambda d: d.no_repeat_ngram or None,
+        AT,
+        "Transformers bans a repeated n-gram after the softmax, mt before it: the same pieces are "
+        "banned, but a beam's scores differ",
+    ),
+    "min_len": Approximated(
+        "min_new_tokens",
+        lambda d: d.min_len or None,
+        AT,
+        "Transformers bans eos before min_new_tokens after the softmax, mt before it: the same "
+        "pieces are banned, but a beam's scores differ",
+    ),
+    "batch_tokens": ByMt("how mt batches lines: padding changes no translation"),
+    "engine": ByMt("the export is Transformers' own model"),
+    "compute_type": ByMt("CTranslate2's only; the export's weights are float32"),
+    "sample": Unsupported(
+        "Transformers draws from torch's one generator, so a line's draws would depend on its batch; "
+        "generate(do_sample=True) samples, unseeded"
+    ),
+    "temperature": ByMt("changes nothing without sample"),
+    "seed": ByMt("changes nothing without sample"),
+    "mbr": Unsupported(CHOOSES_AFTER),
+    "mbr_samples": ByMt("changes nothing without mbr"),
+    "mbr_temperature": ByMt("changes nothing without mbr"),
+    "rerank": Unsupported(CHOOSES_AFTER),
+    "rerank_weight": ByMt("changes nothing without rerank"),
+    "split_sentences": Unsupported("mt.sentences splits a line before the search; generate takes it whole"),
+}
+
+
 def decode_fields(max_positions: int) -> dict:
-    """How Transformers' generate follows each DecodeConfig field, for a model of `max_positions`."""
+    """How Transformers' generate follows each DecodeConfig field, for a model of `max_positions`, in
+    the config's order."""
     cap = Approximated(
         "max_new_tokens",
         lambda d: max_positions - 1,
@@ -40,44 +96,8 @@ def decode_fields(max_positions: int) -> dict:
         "Transformers has no length limit that follows the source (mt's a * S + b): generate stops a "
         f"translation at {max_positions - 1} pieces, the model's positions",
     )
-    return {
-        "beam": Carried("num_beams", lambda d: d.beam, AT),
-        "n_best": Unsupported("generate gives one translation a line unless asked num_return_sequences"),
-        "length_penalty": Approximated(
-            "length_penalty",
-            lambda d: d.length_penalty if d.beam > 1 else None,
-            AT,
-            "Transformers divides a beam's log-probability by length ** penalty where mt divides by "
-            "((5 + length) / 6) ** penalty: the penalty carried is matched on val where the export was "
-            "made with --score and could read val (below), else mt's own",
-        ),
-        "max_len_a": cap,
-        "max_len_b": cap,
-        "no_repeat_ngram": Approximated(
-            "no_repeat_ngram_size",
-            lambda d: d.no_repeat_ngram or None,
-            AT,
-            "Transformers bans a repeated n-gram after the softmax, mt before it: the same pieces are "
-            "banned, but a beam's scores differ",
-        ),
-        "batch_tokens": ByMt("how mt batches lines: padding changes no translation"),
-        "engine": ByMt("the export is Transformers' own model"),
-        "compute_type": ByMt("CTranslate2's only; the export's weights are float32"),
-        "sample": Unsupported(
-            "Transformers draws from torch's one generator, so a line's draws would depend on its batch; "
-            "generate(do_sample=True) samples, unseeded"
-        ),
-        "temperature": ByMt("changes nothing without sample"),
-        "seed": ByMt("changes nothing without sample"),
-        "mbr": Unsupported(CHOOSES_AFTER),
-        "mbr_samples": ByMt("changes nothing without mbr"),
-        "mbr_temperature": ByMt("changes nothing without mbr"),
-        "rerank": Unsupported(CHOOSES_AFTER),
-        "rerank_weight": ByMt("changes nothing without rerank"),
-        "split_sentences": Unsupported(
-            "mt.sentences splits a line before the search; generate takes it whole"
-        ),
-    }
+    table = {**GENERATE_FIELDS, "max_len_a": cap, "max_len_b": cap}
+    return {name: table[name] for name in fields_of(DecodeConfig)}
 
 
 def generation_config(decode: DecodeConfig, max_positions: int) -> dict:
@@ -115,13 +135,11 @@ def shown(name: str, value):
     return value
 
 
-def matched_length_penalty(searcher, tokenizer, lines: list[str], decode: DecodeConfig, max_source: int):
+def matched_length_penalty(request: SearchRequest, decode: DecodeConfig):
     """(penalty, lines): the penalty of Transformers' formula under which it ranks mt's 1-best first
-    among mt's beam's decode.beam hypotheses of `lines` (val) on the most lines, and on how many it does
-    (ties: the penalty nearest mt's own)."""
-    beams = search_lines(
-        searcher, tokenizer, lines, replace(decode, n_best=decode.beam), max_source_pieces=max_source
-    )
+    among mt's beam's decode.beam hypotheses of the request's lines (val) on the most lines, and on how
+    many it does (ties: the penalty nearest mt's own)."""
+    beams = search_lines(request, replace(decode, n_best=decode.beam))
     agree = {alpha: sum(hyps_agree(hyps, alpha) for hyps in beams) for alpha in HF_PENALTIES}
     most = max(agree.values())
     return min(

@@ -8,8 +8,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from mt.metrics import PRIMARY
 from mt.plumbing.files import write_figure
+from mt.plumbing.metrics import PRIMARY
 
 
 def curve_points(runs: list) -> list[tuple[str, dict[tuple[int, int], tuple[list, list]]]]:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from sacrebleu.significance import PairedTest
 
-from mt.metrics import HEADLINE, METRICS, PRIMARY, Metric, best_of, improves
 from mt.plumbing.errors import RunDirError
 from mt.plumbing.files import write_text
+from mt.plumbing.metrics import HEADLINE, METRICS, PRIMARY, Metric, best_of, improves
 from mt.plumbing.script import signature_tokenizer
 from mt.report.curves import plot_curves
 from mt.report.groups import P_THRESHOLD, groups_section, p_text, repeated_seeds, seed_groups
@@ -196,7 +196,7 @@ def _lineage(card: dict) -> str:
 
 
 def _table(runs: list[Run], tests: dict[str, dict], best: list[Run]) -> list[str]:
-    """One row per run: its card, its scores (mt.metrics; the headline ones with p-values), and the
+    """One row per run: its card, its scores (mt.plumbing.metrics; the headline ones with p-values), and the
     config keys that differ."""
     keys = differing_keys([run.config for run in runs])
     columns = ["run", "config (hash)", "params", "steps", "epochs", "wall", "tok/s", "multiply-adds"]

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mt.config import config_to_dict, read_saved_config
-from mt.metrics import HEADLINE
 from mt.plumbing.config_yaml import flatten
 from mt.plumbing.errors import ConfigError, RunDirError
+from mt.plumbing.metrics import HEADLINE
 from mt.plumbing.script import signature_tokenizer
 from mt.run.card import read_card
 from mt.run.folder import result_name

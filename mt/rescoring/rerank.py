@@ -38,11 +38,10 @@ from mt.decode_config import DecodeConfig
 from mt.model import Seq2Seq
 from mt.rescoring.score import score_pairs
 from mt.tokenizer import Tokenizer
-from mt.translate import Engine, as_written, search_lines, source_parts
+from mt.translate import SearchRequest, as_written, search_lines, source_parts
 
 CHRF_ORDER, CHRF_BETA, BLEU_ORDER = 6, 2, 4  # sacreBLEU's defaults: chrF (not chrF++) and BLEU
 Reverse = list[tuple[Tokenizer, Seq2Seq]]  # the reverse runs' tokenizers and models
-Searcher = Seq2Seq | Engine  # what `search_lines` searches: mt's model, or another engine's
 
 
 @dataclass
@@ -52,19 +51,7 @@ class Candidate:
     pieces: int  # the length its beam's length penalty counted: its pieces, and eos where written
 
 
-@dataclass
-class Lines:
-    """What a pool is searched for, and by what: the lines, mt's model or another engine with its
-    tokenizer, each line's forced prefix (None: none) and the source's piece limit (None: the model's)."""
-
-    searcher: Searcher
-    tokenizer: Tokenizer
-    lines: list[str]
-    max_source: int | None = None
-    prefixes: list[str] | None = None
-
-
-def candidate_pool(src: Lines, decode: DecodeConfig) -> list[list[Candidate]]:
+def candidate_pool(src: SearchRequest, decode: DecodeConfig) -> list[list[Candidate]]:
     """Each line's candidates: its beam's hypotheses, then its MBR samples (`decode`'s pool)."""
     found = beam_pool(src, decode)
     if decode.mbr_samples:
@@ -72,12 +59,12 @@ def candidate_pool(src: Lines, decode: DecodeConfig) -> list[list[Candidate]]:
     return found
 
 
-def beam_pool(src: Lines, decode: DecodeConfig) -> list[list[Candidate]]:
+def beam_pool(src: SearchRequest, decode: DecodeConfig) -> list[list[Candidate]]:
     """Each line's beam's decode.beam hypotheses, best first (greedy's one where decode.beam is 1)."""
     return _candidates(src, replace(decode, n_best=decode.beam, mbr="", mbr_samples=0, rerank=""))
 
 
-def sample_pool(src: Lines, decode: DecodeConfig) -> list[list[Candidate]]:
+def sample_pool(src: SearchRequest, decode: DecodeConfig) -> list[list[Candidate]]:
     """Each line's decode.mbr_samples draws at decode.mbr_temperature, in the order drawn (the first k
     of n draws are the k draws: each draw has its own seed)."""
     draw = replace(
@@ -93,11 +80,9 @@ def sample_pool(src: Lines, decode: DecodeConfig) -> list[list[Candidate]]:
     return _candidates(src, draw)
 
 
-def _candidates(src: Lines, decode: DecodeConfig) -> list[list[Candidate]]:
+def _candidates(src: SearchRequest, decode: DecodeConfig) -> list[list[Candidate]]:
     tokenizer, prefixes = src.tokenizer, src.prefixes
-    found = search_lines(
-        src.searcher, tokenizer, src.lines, decode, max_source_pieces=src.max_source, prefixes=prefixes
-    )
+    found = search_lines(src, decode)
     pool = []
     for i, hyps in enumerate(found):
         texts = tokenizer.decode([h.tokens for h in hyps])
@@ -238,33 +223,26 @@ def choose(
 
 
 def chosen_search(nbest: bool, reverse: Reverse, tokenize: str) -> Callable:
-    """A search with translate_lines' arguments that chooses each line's translation among its pool
-    (decode.mbr, decode.rerank), answering as translate_nbest does where `nbest`, else as
-    translate_lines. A line longer than the model takes is chosen for part by part (`line_parts`), as
-    the search translates it, and its parts' choices joined with a space (the search joins the parts'
-    pieces, so a part whose translation starts mid-word reads as a word of its own): its one
-    hypothesis, scores summed."""
+    """A search with translate_lines' arguments (a SearchRequest, a DecodeConfig) that chooses each
+    line's translation among its pool (decode.mbr, decode.rerank), answering as translate_nbest does
+    where `nbest`, else as translate_lines. A line longer than the model takes is chosen for part by
+    part (`line_parts`), as the search translates it, and its parts' choices joined with a space (the
+    search joins the parts' pieces, so a part whose translation starts mid-word reads as a word of its
+    own): its one hypothesis, scores summed."""
 
-    def search(
-        searcher: Searcher,
-        tokenizer: Tokenizer,
-        lines: list[str],
-        decode: DecodeConfig,
-        max_source: int | None = None,
-        prefixes: list[str] | None = None,
-    ):
-        owner, parts, part_prefixes = line_parts(Lines(searcher, tokenizer, lines, max_source, prefixes))
-        pool = candidate_pool(Lines(searcher, tokenizer, parts, max_source, part_prefixes), decode)
-        found = joined(choose(pool, parts, decode, reverse, tokenize), owner, len(lines))
+    def search(request: SearchRequest, decode: DecodeConfig):
+        owner, parts, part_prefixes = line_parts(request)
+        pool = candidate_pool(replace(request, lines=parts, prefixes=part_prefixes), decode)
+        found = joined(choose(pool, parts, decode, reverse, tokenize), owner, len(request.lines))
         return found if nbest else [line[0][0] for line in found]
 
     return search
 
 
-def line_parts(src: Lines) -> tuple[list[int], list[str], list[str] | None]:
+def line_parts(src: SearchRequest) -> tuple[list[int], list[str], list[str] | None]:
     """(the line of each part, the parts as text, each part's prefix: its line's for the first) of
     lines cut into parts as the search cuts them (mt.translate.source_parts); an empty line has none."""
-    owner, pieces = source_parts(src.tokenizer, src.lines, src.searcher, src.max_source)
+    owner, pieces = source_parts(src)
     firsts = [j == 0 or owner[j - 1] != i for j, i in enumerate(owner)]
     prefixes = [src.prefixes[i] if first else "" for i, first in zip(owner, firsts)] if src.prefixes else None
     return owner, src.tokenizer.decode(pieces), prefixes

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 from mt.config import TrainConfig
-from mt.metrics import BEST_METRICS, HEADLINE
 from mt.plumbing.errors import RunDirError
 from mt.plumbing.files import file_sha256, write_text
+from mt.plumbing.metrics import BEST_METRICS, HEADLINE
 from mt.run.progress import Progress
 from mt.run.records import Card, require
 
@@ -52,7 +52,8 @@ def card_summary(run_dir: str | Path) -> dict:
         "stopped": training.get("stopped"),
         "parameters": card.get("parameters"),
         "results": {k: {m.key: r.get(m.key) for m in HEADLINE} for k, r in card.get("results", {}).items()},
-        "headline": [[m.key, m.label] for m in HEADLINE],  # the page labels the scores from mt.metrics
+        # the page labels the scores from mt.plumbing.metrics
+        "headline": [[m.key, m.label] for m in HEADLINE],
     }
 
 

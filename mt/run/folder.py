@@ -44,7 +44,6 @@ from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
 from mt.plumbing.errors import RunDirError, WriteError
 from mt.plumbing.files import write_failure
-from mt.rescoring.rerank import Reverse
 from mt.run.card import card_tuning
 from mt.run.checkpoint import build_model, load_checkpoint, stored_config
 from mt.run.metrics_log import MetricsLog, keep_metrics_until
@@ -172,7 +171,7 @@ def runs_from(stored: str, run_dir: Path) -> str:
     return ",".join(found)
 
 
-def open_reverse(rerank: str, cfg: RunConfig, device: torch.device) -> Reverse:
+def open_reverse(rerank: str, cfg: RunConfig, device: torch.device) -> list[tuple[Tokenizer, Seq2Seq]]:
     """decode.rerank's runs opened at best.pt: each must translate cfg's target language into its
     source, or learn both directions (data.both_directions: `make bit`'s first stage reranks its own
     child at no extra training)."""

@@ -62,6 +62,7 @@ SEARCH_PARTS: list[Part] = [
     (("length_penalty",), lambda d: f"lp{d.length_penalty:g}" if d.beam > 1 else ""),
     (("max_len_a", "max_len_b"), lambda d: f"len{d.max_len_a:g}x+{d.max_len_b}"),
     (("no_repeat_ngram",), lambda d: f"norepeat{d.no_repeat_ngram}"),
+    (("min_len",), lambda d: f"min{d.min_len}"),
     (("batch_tokens",), lambda d: f"bt{d.batch_tokens}"),  # padding may move a last-digit tie
     (("engine", "compute_type"), engine_name),
     (("split_sentences",), lambda d: "split"),

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import torch
 
-from mt.metrics import BEST_METRICS, improves
+from mt.plumbing.metrics import BEST_METRICS, improves
 from mt.plumbing.schema import build, within
 
 

@@ -10,7 +10,7 @@ before a reader reads a field.
 The JSON records are `open_keys` (a newer mt may write more) and read, once checked, as the mappings
 they are: `update_card` merges a card key by key, keeping keys it does not know. A field with a default
 of None may be missing; a reader reads it with `.get`. The records that hold scores take their fields
-from mt.metrics's table (`headline_fields`).
+from mt.plumbing.metrics's table (`headline_fields`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from mt.decode_config import TUNED, DecodeConfig
-from mt.metrics import HEADLINE, METRICS, PRIMARY
 from mt.plumbing.errors import RunDirError
+from mt.plumbing.metrics import HEADLINE, METRICS, PRIMARY
 from mt.plumbing.schema import Mismatch, build, fields_of, within
 
 
@@ -68,7 +68,7 @@ class Evaluation:
 
 
 def score_fields() -> list[tuple[str, type, Any]]:
-    """KEY (a float) and KEY_signature (a str) for each metric in mt.metrics: required for the ones
+    """KEY (a float) and KEY_signature (a str) for each metric in mt.plumbing.metrics: required for the ones
     every result has had (Metric.always); a result written before a later metric may lack it."""
     fields = []
     for m in METRICS:
@@ -78,8 +78,9 @@ def score_fields() -> list[tuple[str, type, Any]]:
 
 
 def headline_fields(pattern: str, required: tuple[str, ...] = ()) -> list[tuple[str, type, Any]]:
-    """A float field PATTERN.format(KEY) for each headline metric of mt.metrics (val_bleu, best_val_chrf):
-    required for the keys in `required`, else None or absent (a record written before a later metric)."""
+    """A float field PATTERN.format(KEY) for each headline metric of mt.plumbing.metrics (val_bleu,
+    best_val_chrf): required for the keys in `required`, else None or absent (a record written before a
+    later metric)."""
     return [
         (pattern.format(m.key), float, field())
         if m.key in required

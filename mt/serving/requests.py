@@ -13,12 +13,12 @@ from typing import Any
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
 
 from mt.decode_config import DecodeConfig, decoding
+from mt.inputs import one_per_line
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.schema import fields_of
 from mt.plumbing.spelling import REQUEST
 from mt.serving.limits import ServeLimits
 from mt.serving.worker import Worker
-from mt.translator import one_per_line
 
 _SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's lone \ud800 escapes: no UTF-8 text holds them
 

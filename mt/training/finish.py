@@ -8,9 +8,9 @@ import logging
 from pathlib import Path
 
 from mt.config import TrainConfig
-from mt.metrics import PRIMARY, label
 from mt.model import count_parameters
 from mt.plumbing.errors import RunDirError
+from mt.plumbing.metrics import PRIMARY, label
 from mt.run import checkpoint
 from mt.run.card import read_card, training_record, update_card
 from mt.run.parent import parse_init_from, teacher_of

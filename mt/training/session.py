@@ -18,10 +18,10 @@ from mt import devices
 from mt.batching import Pairs
 from mt.config import RunConfig
 from mt.data import load_split
-from mt.metrics import HEADLINE
 from mt.model import Seq2Seq, count_parameters
 from mt.output_pieces import target_pieces
 from mt.plumbing.errors import WriteError
+from mt.plumbing.metrics import HEADLINE
 from mt.plumbing.seeds import derived_seed
 from mt.run import checkpoint, folder
 from mt.run.card import update_card

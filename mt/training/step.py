@@ -14,8 +14,8 @@ from torch.nn.parallel import DistributedDataParallel
 from mt.batching import Batch
 from mt.config import TrainConfig
 from mt.devices import autocast
-from mt.loss import label_smoothed_loss
 from mt.training import distributed
+from mt.training.loss import label_smoothed_loss
 
 
 def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:

@@ -26,8 +26,8 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mt.config import RunConfig, TrainConfig
-from mt.metrics import HEADLINE, PRIMARY
 from mt.plumbing.memory import release_freed_memory
+from mt.plumbing.metrics import HEADLINE, PRIMARY
 from mt.run import checkpoint
 from mt.run.card import read_card
 from mt.run.progress import Progress, Window

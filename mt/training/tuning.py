@@ -26,12 +26,11 @@ from mt.config import RunConfig
 from mt.data import load_split
 from mt.decode_config import TUNED, DecodeConfig, decoding
 from mt.devices import resolve_device
-from mt.metrics import HEADLINE, PRIMARY, best_of, corpus_scores
 from mt.model import Seq2Seq
 from mt.plumbing.errors import ConfigError
 from mt.plumbing.files import file_sha256
+from mt.plumbing.metrics import HEADLINE, PRIMARY, best_of, corpus_scores
 from mt.rescoring.rerank import (
-    Lines,
     Reverse,
     beam_pool,
     channel_scores,
@@ -43,8 +42,9 @@ from mt.rescoring.rerank import (
 from mt.run.card import card_tuning, update_card
 from mt.run.folder import checkpoint_path, load_run, open_reverse, stored_runs
 from mt.run.names import evaluation_name
+from mt.run.records import Tried, Tuning
 from mt.tokenizer import Tokenizer
-from mt.translate import translate_lines
+from mt.translate import SearchRequest, translate_lines
 
 log = logging.getLogger(__name__)
 
@@ -103,59 +103,58 @@ class Val:
     ref: list[str]
     tokenize: str  # cfg.bleu_tokenize, read (a named one that is not installed: refused) before decoding
 
-    def lines(self) -> Lines:
-        """Val's sources as a pool is searched for them (mt.rescoring.rerank)."""
-        return Lines(self.model, self.tokenizer, self.src, self.cfg.data.max_len)
+    def lines(self) -> SearchRequest:
+        """Val's sources as every setting searches them."""
+        return SearchRequest(self.model, self.tokenizer, self.src, self.cfg.data.max_len)
 
 
-def try_settings(val: Val, grid: Grid) -> list[dict]:
+def try_settings(val: Val, grid: Grid) -> list[Tried]:
     """Each (beam, length penalty) of the grid's plain searches translating val (1-best, by the torch
     engine on the model's device), scored."""
     tried = []
     for beam, alpha in grid.searches():
         start = time.perf_counter()
         decode = decoding(val.cfg.decode, {**PLAIN, "beam": beam, "length_penalty": alpha, "n_best": 1})
-        hyps = translate_lines(val.model, val.tokenizer, val.src, decode, val.cfg.data.max_len)
+        hyps = translate_lines(val.lines(), decode)
         tried.append(tried_row(val, decode, hyps, time.perf_counter() - start))
     return tried
 
 
-def tried_row(val: Val, decode: DecodeConfig, hyps: list[str], seconds: float) -> dict:
+def tried_row(val: Val, decode: DecodeConfig, hyps: list[str], seconds: float) -> Tried:
     """A setting's row in the card's `tuning`: its tuned options (`TUNED`), val scores and seconds
     (logged with its sentences per second)."""
     scores = corpus_scores(hyps, val.ref, sources=val.src, tokenize=val.tokenize)
-    row = {
+    row = Tried(
         **{key: getattr(decode, key) for key in TUNED},
         **{m.key: round(scores[m.key], 2) for m in HEADLINE},
-        "length_ratio": round(scores["length_ratio"], 4),
-        "seconds": round(seconds, 1),
-    }
-    scored = ", ".join(f"{m.label} {row[m.key]:.2f}" for m in HEADLINE)
+        length_ratio=round(scores["length_ratio"], 4),
+        seconds=round(seconds, 1),
+    )
+    scored = ", ".join(f"{m.label} {getattr(row, m.key):.2f}" for m in HEADLINE)
     log.info(
         "tune: %s: val %s, length ratio %.3f, %.1f sentences/s",
-        *(setting_name(row), scored, row["length_ratio"], len(val.src) / max(seconds, 1e-9)),
+        *(setting_name(row), scored, row.length_ratio, len(val.src) / max(seconds, 1e-9)),
     )
     return row
 
 
-def setting_name(row: dict) -> str:
+def setting_name(row: Tried) -> str:
     """A tuned setting as evaluations name it: beam5-lp1.5, beam5-lp1.5-mbrchrf-s16, beam1."""
-    return evaluation_name("", DecodeConfig(**{key: row[key] for key in TUNED if key in row})) or "beam1"
+    return evaluation_name("", DecodeConfig(**{key: getattr(row, key) for key in TUNED})) or "beam1"
 
 
-def best_setting(tried: list[dict]) -> dict:
-    """The best PRIMARY score (mt.metrics: BLEU); on a tie the cheaper: plain search before MBR or
+def primary(row: Tried) -> float:
+    return getattr(row, PRIMARY.key)
+
+
+def best_setting(tried: list[Tried]) -> Tried:
+    """The best PRIMARY score (mt.plumbing.metrics: BLEU); on a tie the cheaper: plain search before MBR or
     reranking, fewer samples, the smaller beam, then the lower length penalty (rounded scores)."""
 
-    def cost(t: dict) -> tuple:
-        return (
-            bool(t.get("mbr") or t.get("rerank")),
-            t.get("mbr_samples", 0),
-            t["beam"],
-            t["length_penalty"],
-        )
+    def cost(t: Tried) -> tuple:
+        return (bool(t.mbr or t.rerank), t.mbr_samples or 0, t.beam, t.length_penalty)
 
-    return min(best_of(tried), key=cost)
+    return min(best_of(tried, primary), key=cost)
 
 
 def tune(
@@ -184,21 +183,19 @@ def tune(
     for decode, hyps, seconds in chooser_settings(val, tried, grid, reverse, stored_runs(grid.rerank, run)):
         tried.append(tried_row(val, decode, hyps, seconds))
     chosen = best_setting(tried)
-    tuning = {
-        "split": "val",
-        "checkpoint": path.name,
-        "checkpoint_sha256": file_sha256(path),
-        "chosen": chosen,
-        "tried": tried,
-    }
+    tuning = dataclasses.asdict(
+        Tuning(
+            split="val", checkpoint=path.name, checkpoint_sha256=file_sha256(path), chosen=chosen, tried=tried
+        )
+    )
     update_card(run, tuning=tuning)
     log.info(
         "tune: chose %s (val %s %.2f, length ratio %.3f); wrote %s",
         *(
             setting_name(chosen),
             PRIMARY.label,
-            chosen[PRIMARY.key],
-            chosen["length_ratio"],
+            primary(chosen),
+            chosen.length_ratio,
             run / "card.json",
         ),
     )
@@ -216,7 +213,7 @@ def tune_unless_tuned(run: Path, device: str = "auto") -> dict | None:
 Found = list[tuple[DecodeConfig, list[str], float]]  # (a setting, val's 1-best under it, its seconds)
 
 
-def chooser_settings(val: Val, tried: list[dict], grid: Grid, reverse: Reverse, stored: str) -> Found:
+def chooser_settings(val: Val, tried: list[Tried], grid: Grid, reverse: Reverse, stored: str) -> Found:
     """The grid's MBR and reranking settings (`Grid`), each with val's translations and seconds: each
     pool searched once, at the length penalty that did best in `tried` with the first pool's beam.
     `stored`: the reverse runs as the card stores them, relative to the run (`stored_runs`), so the
@@ -224,8 +221,8 @@ def chooser_settings(val: Val, tried: list[dict], grid: Grid, reverse: Reverse, 
     if not (grid.mbr or grid.rerank):
         return []
     first = grid.pool_beams()[0]
-    rows = [t for t in tried if t["beam"] == first]
-    alpha = best_of(rows)[0]["length_penalty"] if rows else val.cfg.decode.length_penalty
+    rows = [t for t in tried if t.beam == first]
+    alpha = best_of(rows, primary)[0].length_penalty if rows else val.cfg.decode.length_penalty
     found = []
     for beam in grid.pool_beams():
         base = replace(val.cfg.decode, beam=beam, length_penalty=alpha, n_best=1)

@@ -14,12 +14,12 @@ from mt.batching import Batch, make_batch, token_batches
 from mt.config import RunConfig
 from mt.decode_config import DecodeConfig
 from mt.devices import autocast
-from mt.metrics import HEADLINE, corpus_scores
 from mt.model import Seq2Seq
 from mt.output_pieces import written_pieces
+from mt.plumbing.metrics import HEADLINE, corpus_scores
 from mt.tokenizer import Tokenizer
 from mt.training.step import batch_loss
-from mt.translate import translate_lines
+from mt.translate import SearchRequest, translate_lines
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def validation_decoding(cfg: RunConfig) -> DecodeConfig:
 def validate(
     model: Seq2Seq, val: Validation, tokenizer: Tokenizer, cfg: RunConfig, device: torch.device
 ) -> dict:
-    """Teacher-forced loss/perplexity and the headline metrics (mt.metrics: BLEU, chrF) of the
+    """Teacher-forced loss/perplexity and the headline metrics (mt.plumbing.metrics: BLEU, chrF) of the
     translations on the validation set."""
     model.eval()
     loss_sum = nll_sum = 0.0
@@ -65,7 +65,8 @@ def validate(
         with autocast(device, cfg.train.precision):
             loss, nll = batch_loss(model, batch.to(device), cfg.train.label_smoothing)
         loss_sum, nll_sum, ntokens = loss_sum + loss.item(), nll_sum + nll.item(), ntokens + batch.ntokens
-    hyps = translate_lines(model, tokenizer, val.src_lines, validation_decoding(cfg))  # on model's device
+    request = SearchRequest(model, tokenizer, val.src_lines)  # on the model's device
+    hyps = translate_lines(request, validation_decoding(cfg))
     scores = corpus_scores(
         hyps, val.ref_lines, sources=val.src_lines, metrics=HEADLINE, tokenize=cfg.bleu_tokenize
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from mt.decode_config import TUNED
 from mt.evaluate import evaluate_run
-from mt.metrics import HEADLINE
+from mt.plumbing.metrics import HEADLINE
 from mt.plumbing.script import signature_tokenizer
 from mt.report.groups import between_groups, p_text, sentence_statistics
 from mt.run.card import read_card

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mt.config import DataConfig
 from mt.data import load_split
-from mt.metrics import corpus_scores
+from mt.plumbing.metrics import corpus_scores
 from mt.plumbing.script import bleu_tokenizer
 
 DOGS = ("dog", "dogs", "puppy", "puppies")
