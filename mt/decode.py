@@ -108,7 +108,7 @@ def greedy_decode(
         B hypotheses; score = logprob (greedy does not normalise by length).
     """
     src, src_mask, prefix = sources.src, sources.mask, sources.prefix
-    B, device, filters = src.size(0), src.device, score_filters(cfg, sources.prefix)
+    B, device, filters = src.size(0), src.device, score_filters(cfg, prefix)
     memory = model.encode(src, src_mask)  # (B, S, D)
     cache = model.new_cache() if use_cache else None
     limits = output_limits(src_mask, prefix, cfg, model.cfg.max_positions)  # (B,)

@@ -153,6 +153,24 @@ def test_min_len_bans_eos_until_that_many_pieces_in_greedy_and_beam():
     assert plain.tokens == [A]
 
 
+def test_min_len_holds_for_every_draw_of_sampling():
+    """Sampling chooses among the filtered scores too: with min_len 2 no draw ends after one piece
+    (the scripted model's A -> eos and B -> eos), whatever its seed."""
+    src, mask = source_batch([[A, B, C]] * 8)
+    cfg = DecodeConfig(max_len_a=1.0, max_len_b=5, min_len=2)
+    drawn = greedy_decode(
+        ScriptedModel(), Sources(src, mask), cfg, choose=Sampler("topk:3", 1.0, list(range(8)))
+    )
+    assert {tuple(h.tokens) for h in drawn} <= {(A, C), (B, C)} and len({h.tokens[0] for h in drawn}) == 2
+    plain = greedy_decode(
+        ScriptedModel(),
+        Sources(src, mask),
+        dataclasses.replace(cfg, min_len=0),
+        choose=Sampler("topk:3", 1.0, list(range(8))),
+    )
+    assert any(len(h.tokens) == 1 for h in plain)
+
+
 def test_min_len_lengthens_the_lines_a_trained_model_ends_early_and_no_other(trained_model, tokenizer, toy):
     lines = toy["test"][0][:80]
     plain = [
